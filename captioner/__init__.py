@@ -1,0 +1,6 @@
+"""rlcap captioner: data preparation, the offline world, the captioning model and its training."""
+
+from captioner.config import dump_config, load_config
+from captioner.errors import ConfigError, DataError, RlcapError
+
+__all__ = ["ConfigError", "DataError", "RlcapError", "dump_config", "load_config"]

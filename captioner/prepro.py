@@ -1,0 +1,155 @@
+"""`python -m captioner.prepro`: Karpathy-format dataset.json -> vocab, labels, refs, CIDEr df.
+
+Outputs under --out:
+  vocab.json        ix_to_word (1-based; 0 is pad/EOS), the UNK word and the settings used
+  labels.h5         labels [M, L] int32 (0 = pad), label_start_ix/label_end_ix [N] (1-based,
+                    inclusive, as the reference SCST codebase), label_length [M], image_ids [N],
+                    split [N]
+  refs.json         {image_id: [raw reference captions]}, for the metric suite
+  cider_df.json.gz  document frequencies of the train split (one document per image)
+  prepro_config.yaml
+Captions are tokenised like the metrics see them (rewards.ptb: pycocoevalcap's PTB rules).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import yaml
+
+from captioner.atomic import atomic_path, write_json
+from captioner.cli import add_config_args, command, config_from_args
+from captioner.config import dump_config, to_dict
+from captioner.errors import ConfigError
+from captioner.karpathy import ImageEntry, load_dataset
+from rewards.cider_df import document_frequency, save_df
+from rewards.ptb import ptb_tokenize
+
+UNK = "UNK"
+TOKENIZER = "ptb-python"
+
+
+@dataclass
+class PreproConfig:
+    dataset: str = ""
+    out: str = ""
+    min_count: int = 5
+    max_len: int = 16
+
+
+def tokenize_captions(entries: list[ImageEntry]) -> list[list[list[str]]]:
+    return [[ptb_tokenize(raw).split() for raw in entry.raw_captions] for entry in entries]
+
+
+def build_vocab(entries: list[ImageEntry], tokens: list[list[list[str]]], min_count: int) -> list[str]:
+    """Words seen at least min_count times in the train split, most frequent first; UNK last."""
+    counts: Counter[str] = Counter(
+        word for entry, caps in zip(entries, tokens, strict=True) if entry.split == "train"
+        for cap in caps for word in cap
+    )
+    words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+    return [*words, UNK]
+
+
+def encode_labels(tokens: list[list[list[str]]], vocab: list[str], max_len: int) -> dict[str, np.ndarray]:
+    word_to_ix = {w: i + 1 for i, w in enumerate(vocab)}
+    unk = word_to_ix[UNK]
+    rows, lengths, starts, ends = [], [], [], []
+    for caps in tokens:
+        starts.append(len(rows) + 1)
+        for cap in caps:
+            ids = [word_to_ix.get(w, unk) for w in cap[:max_len]]
+            rows.append(ids + [0] * (max_len - len(ids)))
+            lengths.append(len(ids))
+        ends.append(len(rows))
+    return {
+        "labels": np.asarray(rows, dtype=np.int32).reshape(-1, max_len),
+        "label_length": np.asarray(lengths, dtype=np.int32),
+        "label_start_ix": np.asarray(starts, dtype=np.int64),
+        "label_end_ix": np.asarray(ends, dtype=np.int64),
+    }
+
+
+def write_labels(path: Path, arrays: dict[str, np.ndarray], entries: list[ImageEntry], vocab_size: int) -> None:
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as h5:
+        for name, array in arrays.items():
+            h5.create_dataset(name, data=array)
+        h5.create_dataset("image_ids", data=np.asarray([e.image_id for e in entries], dtype=np.int64))
+        h5.create_dataset("split", data=np.asarray([e.split for e in entries], dtype="S5"))
+        h5.attrs["max_len"] = arrays["labels"].shape[1]
+        h5.attrs["vocab_size"] = vocab_size
+        h5.attrs["label_ix_base"] = 1
+
+
+OUTPUTS = ("labels.h5", "vocab.json", "refs.json", "cider_df.json.gz", "prepro_config.yaml")
+
+
+def is_complete(cfg: PreproConfig) -> bool:
+    """Outputs exist, were made with this config, and are newer than the dataset."""
+    out = Path(cfg.out)
+    paths = [out / name for name in OUTPUTS]
+    if not all(p.exists() for p in paths) or not Path(cfg.dataset).exists():
+        return False
+    same = yaml.safe_load((out / "prepro_config.yaml").read_text()) == to_dict(cfg)
+    return same and min(p.stat().st_mtime for p in paths) >= Path(cfg.dataset).stat().st_mtime
+
+
+def prepro(cfg: PreproConfig) -> Path:
+    if not cfg.dataset or not cfg.out:
+        raise ConfigError("prepro needs both 'dataset' and 'out'")
+    if cfg.max_len < 1 or cfg.min_count < 1:
+        raise ConfigError("'max_len' and 'min_count' must be >= 1")
+    entries = load_dataset(cfg.dataset)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokens = tokenize_captions(entries)
+    vocab = build_vocab(entries, tokens, cfg.min_count)
+    write_labels(out / "labels.h5", encode_labels(tokens, vocab, cfg.max_len), entries, len(vocab))
+    write_json(out / "vocab.json", {
+        "ix_to_word": {str(i + 1): w for i, w in enumerate(vocab)}, "unk": UNK, "pad_ix": 0,
+        "min_count": cfg.min_count, "max_len": cfg.max_len, "tokenizer": TOKENIZER,
+    })
+    write_json(out / "refs.json", {str(e.image_id): e.raw_captions for e in entries})
+    train_docs = (caps for e, caps in zip(entries, tokens, strict=True) if e.split == "train")
+    df, n_docs = document_frequency(train_docs)
+    save_df(out / "cider_df.json.gz", df, n_docs, TOKENIZER)
+    dump_config(cfg, out / "prepro_config.yaml")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m captioner.prepro",
+        description="Turn a Karpathy-format dataset.json (COCO, Flickr, the offline world) into "
+        "vocab.json, labels.h5, refs.json and the train split's CIDEr document frequencies.",
+    )
+    parser.add_argument("--dataset", help="Karpathy-format dataset.json")
+    parser.add_argument("--out", help="output directory")
+    parser.add_argument("--min-count", type=int, help="words seen fewer times in train become UNK (default 5)")
+    parser.add_argument("--max-len", type=int, help="captions are cut to this many tokens (default 16)")
+    parser.add_argument("--force", action="store_true", help="redo even if --out is up to date")
+    add_config_args(parser)
+    return parser
+
+
+@command
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    flags = {"dataset": args.dataset, "out": args.out, "min_count": args.min_count, "max_len": args.max_len}
+    cfg = config_from_args(PreproConfig, args, flags)
+    if not args.force and is_complete(cfg):
+        print(f"{cfg.out} is up to date with {cfg.dataset}; nothing to do (--force to redo)")
+        return 0
+    out = prepro(cfg)
+    print(f"wrote vocab.json, labels.h5, refs.json and cider_df.json.gz to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,3 @@
+from captioner.world.generate import main
+
+raise SystemExit(main())

@@ -1,0 +1,3 @@
+from features.extract import main
+
+raise SystemExit(main())

@@ -1,0 +1,146 @@
+"""`python -m features.import_npz`: reference-SCST-layout feature folders -> feats.h5.
+
+The reference SCST codebase keeps one `<image_id>.npz` (key `feat`, [P, D]) per image for
+grid/region features and one `<image_id>.npy` ([D]) for pooled ones. Region counts may differ
+between images: att is padded to the largest P and `att_mask` marks the real regions. Without a
+pooled folder, fc is the mean of each image's regions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from captioner.cli import add_config_args, command, config_from_args
+from captioner.config import dump_config
+from captioner.errors import ConfigError, DataError
+from captioner.karpathy import load_dataset
+from features.store import FeatureWriter
+
+BATCH = 256
+
+
+@dataclass
+class ImportConfig:
+    att_dir: str = ""
+    fc_dir: str | None = None
+    dataset: str | None = None
+    out: str = ""
+    backbone: str = "imported-npz"
+    dtype: str = "float16"
+
+
+def npz_feat_shape(path: Path) -> tuple[int, ...]:
+    """Shape of `feat` in an .npz, read from its header without loading the array."""
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open("feat.npy") as fh:
+            version = np.lib.format.read_magic(fh)
+            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, _ = reader(fh)
+    except KeyError:
+        raise DataError(f"{path}: no 'feat' array in the .npz") from None
+    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise DataError(f"{path}: unreadable .npz: {exc}") from None
+    if len(shape) != 2:
+        raise DataError(f"{path}: 'feat' must be [regions, dim], got shape {shape}")
+    return shape
+
+
+def image_ids_from(cfg: ImportConfig) -> list[int]:
+    if cfg.dataset:
+        return [e.image_id for e in load_dataset(cfg.dataset)]
+    ids = []
+    for path in sorted(Path(cfg.att_dir).glob("*.npz")):
+        if not path.stem.isdigit():
+            raise DataError(f"{path}: file names must be <image_id>.npz with an integer id")
+        ids.append(int(path.stem))
+    if not ids:
+        raise DataError(f"{cfg.att_dir}: no <image_id>.npz files")
+    return sorted(ids)
+
+
+def read_one(cfg: ImportConfig, image_id: int, regions: int, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    path = Path(cfg.att_dir) / f"{image_id}.npz"
+    with np.load(path) as npz:
+        feat = np.asarray(npz["feat"], dtype=np.float32)
+    if feat.shape[1] != dim:
+        raise DataError(f"{path}: image id {image_id} has feature dim {feat.shape[1]}, others {dim}")
+    att = np.zeros((regions, dim), dtype=np.float32)
+    att[: len(feat)] = feat
+    mask = np.zeros(regions, dtype=bool)
+    mask[: len(feat)] = True
+    fc = _read_fc(cfg, image_id) if cfg.fc_dir else feat.mean(axis=0)
+    return att, mask, fc
+
+
+def _read_fc(cfg: ImportConfig, image_id: int) -> np.ndarray:
+    path = Path(cfg.fc_dir) / f"{image_id}.npy"
+    if not path.is_file():
+        raise DataError(f"image id {image_id}: pooled feature {path} not found")
+    return np.asarray(np.load(path, allow_pickle=False), dtype=np.float32).reshape(-1)
+
+
+def import_npz(cfg: ImportConfig, progress: bool = True) -> Path:
+    if not cfg.att_dir or not cfg.out:
+        raise ConfigError("import_npz needs 'att_dir' and 'out'")
+    ids = image_ids_from(cfg)
+    paths = [Path(cfg.att_dir) / f"{i}.npz" for i in ids]
+    missing = [i for i, p in zip(ids, paths, strict=True) if not p.is_file()]
+    if missing:
+        raise DataError(f"{cfg.att_dir}: no .npz for {len(missing)} image id(s), e.g. {missing[:5]}")
+    shapes = [npz_feat_shape(p) for p in tqdm(paths, desc="scan", unit="file", disable=not progress)]
+    regions, dim = max(s[0] for s in shapes), shapes[0][1]
+    fc_dim = _read_fc(cfg, ids[0]).shape[0] if cfg.fc_dir else dim
+    digest = hashlib.sha256(json.dumps([[p.name, p.stat().st_size] for p in paths]).encode()).hexdigest()[:16]
+    writer = FeatureWriter(cfg.out, {"att": ((regions, dim), cfg.dtype), "att_mask": ((regions,), "bool"),
+                                     "fc": ((fc_dim,), cfg.dtype)},
+                           {"backbone": cfg.backbone, "fingerprint": digest, "image_size": 0})
+    try:
+        done = writer.done_ids()
+        todo = [i for i in ids if i not in done]
+        for start in tqdm(range(0, len(todo), BATCH), desc="import", unit="batch", disable=not progress):
+            batch = todo[start:start + BATCH]
+            rows = [read_one(cfg, i, regions, dim) for i in batch]
+            writer.append(batch, {"att": np.stack([r[0] for r in rows]).astype(cfg.dtype),
+                                  "att_mask": np.stack([r[1] for r in rows]),
+                                  "fc": np.stack([r[2] for r in rows]).astype(cfg.dtype)})
+        writer.finish()
+    finally:
+        writer.close()
+    dump_config(cfg, Path(cfg.out).with_suffix(".config.yaml"))
+    return Path(cfg.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m features.import_npz",
+        description="Convert reference-SCST feature folders (<id>.npz with 'feat', <id>.npy pooled) to feats.h5.",
+    )
+    parser.add_argument("--att-dir", help="folder of <image_id>.npz files with a 'feat' array [P, D]")
+    parser.add_argument("--fc-dir", help="folder of <image_id>.npy pooled features (default: mean of att)")
+    parser.add_argument("--dataset", help="Karpathy dataset.json: import exactly its images, in its order")
+    parser.add_argument("--out", help="output feats.h5")
+    parser.add_argument("--backbone", help="name recorded as the features' backbone (default imported-npz)")
+    add_config_args(parser)
+    return parser
+
+
+@command
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    flags = {k: getattr(args, k) for k in ("att_dir", "fc_dir", "dataset", "out", "backbone")}
+    out = import_npz(config_from_args(ImportConfig, args, flags))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""HDF5 feature files: a resumable writer and a lazy, worker-safe reader.
+
+A file is built under `<name>.partial`, one flushed batch at a time, and renamed to its final
+name only when every image is in it. An interrupted run leaves the partial file; the next run
+with the same backbone continues from it, a run with another backbone refuses it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from captioner.atomic import partial_path
+from captioner.errors import DataError
+
+IDENTITY_ATTRS = ("backbone", "fingerprint")
+
+
+class FeatureWriter:
+    """Append rows of named arrays keyed by image id; resume from a partial file."""
+
+    def __init__(self, path: str | Path, columns: Mapping[str, tuple[tuple[int, ...], str]],
+                 attrs: Mapping[str, object]):
+        self.path = Path(path)
+        self.partial = partial_path(self.path)
+        self.columns = dict(columns)
+        self.attrs = dict(attrs)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.partial.exists():
+            self.h5 = h5py.File(self.partial, "a")
+            check_identity(self.h5, self.attrs, self.partial)
+        else:
+            self.h5 = h5py.File(self.partial, "w")
+            self._create()
+
+    def _create(self) -> None:
+        self.h5.create_dataset("image_ids", shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(1024,))
+        for name, (tail, dtype) in self.columns.items():
+            self.h5.create_dataset(name, shape=(0, *tail), maxshape=(None, *tail), dtype=dtype,
+                                   chunks=(max(1, min(64, 2 ** 22 // max(1, int(np.prod(tail)) * 4))), *tail))
+        for key, value in self.attrs.items():
+            self.h5.attrs[key] = value
+
+    @property
+    def count(self) -> int:
+        return int(self.h5["image_ids"].shape[0])
+
+    def done_ids(self) -> set[int]:
+        return set(self.h5["image_ids"][:].tolist())
+
+    def truncate(self, count: int) -> None:
+        """Drop rows past `count` (keeps two writers of one extraction in step after a crash)."""
+        for name in ("image_ids", *self.columns):
+            self.h5[name].resize(count, axis=0)
+
+    def append(self, image_ids: Sequence[int], arrays: Mapping[str, np.ndarray]) -> None:
+        start, stop = self.count, self.count + len(image_ids)
+        # Columns first, ids last: a crash mid-append leaves ids that only count complete rows.
+        for name in self.columns:
+            self.h5[name].resize(stop, axis=0)
+            self.h5[name][start:stop] = arrays[name]
+        self.h5["image_ids"].resize(stop, axis=0)
+        self.h5["image_ids"][start:stop] = np.asarray(image_ids, dtype=np.int64)
+        self.h5.flush()
+
+    def finish(self) -> Path:
+        self.h5.close()
+        os.replace(self.partial, self.path)
+        return self.path
+
+    def close(self) -> None:
+        if self.h5.id.valid:
+            self.h5.close()
+
+
+def check_identity(h5: h5py.File, attrs: Mapping[str, object], where: Path) -> None:
+    for key in IDENTITY_ATTRS:
+        have, want = h5.attrs.get(key), attrs.get(key)
+        if want is not None and have != want:
+            raise DataError(
+                f"{where}: holds features from another model ({key} {have!r}, this run {want!r}); "
+                f"delete it or write to another --out"
+            )
+
+
+class FeatureReader:
+    """Rows of a features file by image id, read lazily.
+
+    The HDF5 handle is opened on first use in each process (h5py handles must not cross a
+    fork), so the reader can live inside a DataLoader dataset with workers.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise DataError(f"{self.path}: features file not found")
+        try:
+            with h5py.File(self.path, "r") as h5:
+                ids = h5["image_ids"][:]
+                self.attrs = dict(h5.attrs)
+                self.names = [k for k in h5 if k != "image_ids"]
+                self.shapes = {k: h5[k].shape for k in self.names}
+        except (OSError, KeyError) as exc:
+            raise DataError(f"{self.path}: not a readable features file: {exc}") from None
+        self.row_of = {int(i): r for r, i in enumerate(ids)}
+        self._h5: h5py.File | None = None
+        self._pid = -1
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    def _file(self) -> h5py.File:
+        if self._h5 is None or self._pid != os.getpid():
+            self._h5 = h5py.File(self.path, "r")
+            self._pid = os.getpid()
+        return self._h5
+
+    def missing(self, image_ids: Sequence[int]) -> list[int]:
+        return [i for i in image_ids if int(i) not in self.row_of]
+
+    def require(self, image_ids: Sequence[int], what: str = "the dataset") -> None:
+        missing = self.missing(image_ids)
+        if missing:
+            raise DataError(f"{self.path}: no features for {len(missing)} image(s) of {what}, e.g. ids {missing[:5]}")
+
+    def check_backbone(self, backbone: str) -> None:
+        if self.attrs.get("backbone") != backbone:
+            raise DataError(f"{self.path}: features from backbone {self.attrs.get('backbone')!r}, expected {backbone!r}")
+
+    def get(self, name: str, image_id: int) -> np.ndarray:
+        try:
+            row = self.row_of[int(image_id)]
+        except KeyError:
+            raise DataError(f"{self.path}: no features for image id {image_id}") from None
+        return self._file()[name][row]
+
+    def get_many(self, name: str, image_ids: Sequence[int]) -> np.ndarray:
+        rows = [self.row_of[int(i)] for i in image_ids]
+        order = np.argsort(rows)
+        data = self._file()[name][np.asarray(rows)[order]] if len(set(rows)) == len(rows) else None
+        if data is None:
+            return np.stack([self.get(name, i) for i in image_ids])
+        out = np.empty_like(data)
+        out[order] = data
+        return out

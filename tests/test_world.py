@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from captioner.world import generate as world_cli
+from captioner.world import lexicon
+from captioner.world.generate import WorldConfig, generate
+from captioner.world.parse import attribute_errors, match_object, parse_caption
+from captioner.world.scene import Scene
+
+
+def load_world(root):
+    dataset = json.loads((root / "dataset.json").read_text())
+    scenes = json.loads((root / "scenes.json").read_text())["images"]
+    return dataset["images"], {int(k): Scene.from_json(v) for k, v in scenes.items()}
+
+
+def digest_tree(root):
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix != ".yaml":
+            h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()
+
+
+def test_world_is_deterministic_for_a_seed(tmp_path):
+    a = generate(WorldConfig(out=str(tmp_path / "a"), train=10, val=3, test=3, seed=5, workers=1), progress=False)
+    b = generate(WorldConfig(out=str(tmp_path / "b"), train=10, val=3, test=3, seed=5, workers=2), progress=False)
+    c = generate(WorldConfig(out=str(tmp_path / "c"), train=10, val=3, test=3, seed=6, workers=1), progress=False)
+    assert digest_tree(a) == digest_tree(b)  # also independent of the number of workers
+    assert digest_tree(a) != digest_tree(c)
+
+
+def test_captions_agree_with_the_scene_graph(tiny_world):
+    images, scenes = load_world(tiny_world)
+    for image in images:
+        scene = scenes[image["imgid"]]
+        captions = [s["raw"] for s in image["sentences"]] + [image["long_captions"][0]["raw"]]
+        covered = set()
+        for text in captions:
+            claims = parse_caption(text)
+            assert claims.mentions, text
+            named = []
+            for mention in claims.mentions:
+                obj = match_object(mention, scene)
+                assert obj is not None, f"{text!r} mentions a {mention.color} {mention.shape} not in the scene"
+                assert mention.color == obj.color, text
+                assert attribute_errors(mention, obj) == [], text
+                named.append(obj.id)
+                covered.add(obj.id)
+            for subj, relation, obj in claims.relations:
+                assert scene.holds(named[subj], relation, named[obj]), f"{text!r}: relation {relation} is false"
+            if claims.count is not None:
+                assert claims.count == len(scene.objects), text
+            if claims.background is not None:
+                assert claims.background == scene.background, text
+        assert covered == {o.id for o in scene.objects}
+        long_claims = parse_caption(image["long_captions"][0]["raw"])
+        first_mentions = {}
+        for m in long_claims.mentions:
+            first_mentions.setdefault((m.color, m.shape), m)
+        assert {(m.color, m.shape, m.size, m.texture) for m in first_mentions.values()} == {
+            (o.color, o.shape, o.size, o.texture) for o in scene.objects}
+        assert long_claims.count == len(scene.objects)
+        assert len(long_claims.relations) == len(scene.objects) - 1
+
+
+def test_pixels_show_the_recorded_objects(tiny_world):
+    """Each solid object's centre has its recorded colour: images and scenes.json agree."""
+    images, scenes = load_world(tiny_world)
+    names, rgbs = list(lexicon.COLORS), np.array(list(lexicon.COLORS.values()), dtype=float)
+    checked = 0
+    for image in images:
+        pixels = np.asarray(Image.open(tiny_world / image["filepath"] / image["filename"]), dtype=float)
+        for obj in scenes[image["imgid"]].objects:
+            if obj.texture != "solid" or obj.shape in ("star", "cross"):
+                continue
+            x, y = round(obj.center[0]), round(obj.center[1])
+            mean = pixels[y - 1:y + 2, x - 1:x + 2].reshape(-1, 3).mean(axis=0)
+            assert names[int(np.argmin(((rgbs - mean) ** 2).sum(axis=1)))] == obj.color
+            checked += 1
+    assert checked > 5
+
+
+def test_world_is_rich_enough(tmp_path):
+    import open_clip
+
+    root = generate(WorldConfig(out=str(tmp_path / "w"), train=300, val=0, test=0, seed=1, workers=2), progress=False)
+    images, scenes = load_world(root)
+    objects = [o for s in scenes.values() for o in s.objects]
+    assert {o.shape for o in objects} == set(lexicon.SHAPES) and len(lexicon.SHAPES) >= 6
+    assert {o.color for o in objects} == set(lexicon.COLORS) and len(lexicon.COLORS) >= 8
+    assert {o.size for o in objects} == {"small", "large"}
+    assert {o.texture for o in objects} == set(lexicon.TEXTURES)
+    assert Counter(len(s.objects) for s in scenes.values()).keys() == {1, 2, 3, 4}
+    assert len({s.background for s in scenes.values()}) >= 4
+    assert min(2 * o.radius for o in objects) >= 10  # small objects stay recognisable at 64 px
+    for s in scenes.values():  # non-overlapping
+        for a in s.objects:
+            for b in s.objects:
+                if a.id < b.id:
+                    assert np.hypot(a.center[0] - b.center[0], a.center[1] - b.center[1]) > a.radius + b.radius
+    distinct = np.mean([len({s["raw"] for s in im["sentences"]}) for im in images])
+    assert distinct >= 4.0  # paraphrase variety across the 5 references
+    tokenizer = open_clip.tokenizer.SimpleTokenizer()
+    lengths = [len(tokenizer.encode(im["long_captions"][0]["raw"])) + 2 for im in images]  # + SOT/EOT
+    assert np.mean([n > 77 for n in lengths]) >= 0.3
+    for im in images:
+        units = im["long_captions"][0]["detail_units"]
+        assert " ".join(units) == im["long_captions"][0]["raw"] and len(units) >= 5
+
+
+def test_cli_skips_a_finished_world_and_rejects_bad_config(tmp_path, capsys):
+    args = ["--out", str(tmp_path / "w"), "--train", "3", "--val", "1", "--test", "1", "--workers", "1"]
+    assert world_cli.main(args) == 0
+    assert world_cli.main(args) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert world_cli.main([*args, "--set", "image_sise=32"]) == 2
+    assert "unknown config key 'image_sise'" in capsys.readouterr().err
+    assert world_cli.main([*args, "--image-size", "16"]) == 2
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("a big red striped circle left of a small blue square", [("red", "circle", "large", "striped"),
+                                                              ("blue", "square", "small", None)]),
+    ("two green crosses", [("green", "cross", None, None)]),
+])
+def test_parser_reads_free_text(text, expected):
+    claims = parse_caption(text)
+    assert [(m.color, m.shape, m.size, m.texture) for m in claims.mentions] == expected
