@@ -12,6 +12,11 @@ from PIL import Image
 from captioner.world.generate import WorldConfig, generate
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco_val_1k.json"
+needs_coco_1k = pytest.mark.skipif(not SHARED_DATA.exists(), reason=f"{SHARED_DATA} not present (shared/ beside the repo)")
+
+
+def load_coco_1k() -> list[dict]:
+    return json.loads(SHARED_DATA.read_text())
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import pytest
 
 from rewards.ptb import ptb_tokenize
 from rewards.ptb_java import java_available, java_ptb_tokenize
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, needs_coco_1k
 
 TRICKY = [
     "A man's dog can't run (quickly) to the \"park\".",
@@ -20,6 +20,7 @@ TRICKY = [
 ]
 
 
+@needs_coco_1k
 @pytest.mark.skipif(not java_available(), reason="needs java and pycocoevalcap's CoreNLP jar")
 def test_python_tokenizer_matches_java_on_real_coco_captions():
     data = json.loads(SHARED_DATA.read_text())
