@@ -2,5 +2,6 @@
 
 from captioner.config import dump_config, load_config
 from captioner.errors import ConfigError, DataError, RlcapError
+from captioner.model import Captioner, ModelConfig
 
-__all__ = ["ConfigError", "DataError", "RlcapError", "dump_config", "load_config"]
+__all__ = ["Captioner", "ConfigError", "DataError", "ModelConfig", "RlcapError", "dump_config", "load_config"]

@@ -1,0 +1,123 @@
+"""Run checkpoints: `checkpoints/epoch_<k>` (and `step_<n>` mid-epoch), with `last` and `best`
+symlinks. Each is written under a temporary name and renamed when complete; weights are
+safetensors and everything else loads with weights_only=True or is JSON/YAML."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from captioner.atomic import write_json
+from captioner.config import to_dict
+from captioner.errors import DataError, RlcapError
+from captioner.vocab import Vocab
+
+STATE_FILE = "trainer_state.json"
+# The tied output embedding is saved once; accelerate warns about it on every save.
+logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
+
+
+@dataclass
+class TrainerState:
+    epoch: int = 0  # the epoch to run next (or the one in progress)
+    step_in_epoch: int = 0  # batches of `epoch` already consumed
+    global_step: int = 0  # optimizer steps so far
+    stage: str = "xe"
+    best_score: float | None = None
+    best_epoch: int | None = None
+    feat_dim: int = 0
+    n_tokens: int = 0
+    fc_dim: int = 0
+    max_len: int = 0
+    vocab_size: int = 0
+    feats_backbone: str = ""
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def save_checkpoint(accelerator, run_dir: Path, tag: str, state: TrainerState, cfg, vocab: Vocab,
+                    is_best: bool, keep_last: int) -> Path:
+    """Called on every process (accelerate writes per-process RNG states); the main process
+    finishes the directory and moves it into place."""
+    root = checkpoint_dir(run_dir)
+    tmp, final = root / f".{tag}.partial", root / tag
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        write_json(tmp / STATE_FILE, asdict(state), indent=1)
+        write_json(tmp / "vocab.json", vocab.to_json())
+        (tmp / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _point(root / "last", tag)
+        if is_best:
+            _point(root / "best", tag)
+        _prune(root, keep_last)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def _point(link: Path, tag: str) -> None:
+    tmp = link.with_name(f".{link.name}.tmp")
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(tag)
+    os.replace(tmp, link)  # atomic switch of the symlink
+
+
+def _order(path: Path) -> tuple[int, int]:
+    state = json.loads((path / STATE_FILE).read_text())
+    return state["global_step"], state["epoch"]
+
+
+def _prune(root: Path, keep_last: int) -> None:
+    if keep_last <= 0:
+        return
+    kept = {os.readlink(root / name) for name in ("last", "best") if (root / name).is_symlink()}
+    saved = sorted((p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+                    and (p / STATE_FILE).exists()), key=_order)
+    for path in saved[:-keep_last]:
+        if path.name not in kept:
+            shutil.rmtree(path)
+
+
+def resolve_checkpoint(run_dir: Path, spec: str) -> Path:
+    """'latest' -> the run's last checkpoint; anything else is a checkpoint directory."""
+    path = checkpoint_dir(run_dir) / "last" if spec == "latest" else Path(spec)
+    if not (path / STATE_FILE).exists():
+        where = f"{checkpoint_dir(run_dir)}" if spec == "latest" else str(path)
+        raise RlcapError(f"no checkpoint to resume at {where}")
+    return path.resolve()
+
+
+def read_checkpoint(path: Path) -> tuple[TrainerState, dict, Vocab]:
+    try:
+        state = TrainerState(**json.loads((path / STATE_FILE).read_text()))
+        cfg = yaml.safe_load((path / "config.yaml").read_text())
+    except (FileNotFoundError, json.JSONDecodeError, TypeError, yaml.YAMLError) as exc:
+        raise DataError(f"{path}: not an rlcap checkpoint: {exc}") from None
+    return state, cfg, Vocab.load(path / "vocab.json")
+
+
+def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    keys = sorted(set(saved) | set(current))
+    diffs = []
+    for key in keys:
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            diffs += config_differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            diffs.append(f"{prefix}{key}: checkpoint {a!r}, now {b!r}")
+    return diffs

@@ -1,0 +1,157 @@
+"""Decoding: greedy, sampling (K per image, one encoder pass) and batched beam search.
+
+Every mode returns the same shapes and conventions: tokens [N, max_len] with 0 after the EOS,
+and the log-probability of each emitted token (0 after the EOS). With `use_cache=True` the
+decoder's self-attention keys/values are cached; with False the whole prefix is recomputed at
+every step (the reference the cache is tested and benchmarked against).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from captioner.model import Captioner
+
+
+@dataclass
+class Decoded:
+    tokens: torch.Tensor  # [N, T] long, 0 after EOS
+    logprobs: torch.Tensor  # [N, T] float, log-prob of each token (EOS included), 0 after
+    entropy: torch.Tensor | None = None  # [N, T] entropy of each step's distribution, 0 after
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return (self.tokens > 0).sum(dim=1)
+
+
+class _Stepper:
+    """Feeds one token per sequence and returns next-token logits, with or without a KV cache."""
+
+    def __init__(self, model: Captioner, mem_kv: list, mem_mask: torch.Tensor, n: int, use_cache: bool):
+        self.model, self.mem_kv, self.mem_mask, self.use_cache = model, mem_kv, mem_mask, use_cache
+        dtype = mem_kv[0][0].dtype
+        self.cache = model.new_cache(n, mem_mask.device, dtype) if use_cache else None
+        self.prefix = torch.zeros(n, 0, dtype=torch.long, device=mem_mask.device)
+        self.t = 0
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.use_cache:
+            logits = self.model.decode(tokens[:, None], self.mem_kv, self.mem_mask, self.cache, self.t)[:, -1]
+        else:
+            self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)
+            logits = self.model.decode(self.prefix, self.mem_kv, self.mem_mask)[:, -1]
+        self.t += 1
+        return logits.float()
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.mem_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.mem_kv]
+        self.mem_mask = self.mem_mask.index_select(0, index)
+        if self.cache is not None:
+            self.cache = [[c.index_select(0, index) for c in layer] for layer in self.cache]
+        self.prefix = self.prefix.index_select(0, index)
+
+
+def _encode(model: Captioner, att, fc, att_mask, repeat: int) -> tuple[list, torch.Tensor]:
+    memory, mask = model.encode(att, fc, att_mask)
+    mem_kv = model.memory_kv(memory)
+    if repeat > 1:  # one encoder pass shared by the K samples of an image
+        mem_kv = [(k.repeat_interleave(repeat, 0), v.repeat_interleave(repeat, 0)) for k, v in mem_kv]
+        mask = mask.repeat_interleave(repeat, 0)
+    return mem_kv, mask
+
+
+def _choose(logits: torch.Tensor, greedy: bool, temperature: float,
+            top_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    logprobs = F.log_softmax(logits / temperature, dim=-1)
+    probs = logprobs.exp()
+    entropy = -(probs * logprobs).sum(dim=-1)
+    if greedy:
+        token = logprobs.argmax(dim=-1)
+    else:
+        weights = probs.detach()
+        if top_k > 0:
+            kth = torch.topk(weights, top_k, dim=-1).values[:, -1:]
+            weights = torch.where(weights >= kth, weights, torch.zeros_like(weights))
+        token = torch.multinomial(weights, 1)[:, 0]
+    return token, logprobs.gather(1, token[:, None])[:, 0], entropy
+
+
+@torch.no_grad()
+def greedy(model: Captioner, att, fc, att_mask, max_len: int | None = None, use_cache: bool = True) -> Decoded:
+    return _unroll(model, att, fc, att_mask, 1, True, 1.0, 0, max_len, use_cache)
+
+
+def sample(model: Captioner, att, fc, att_mask, k: int = 5, temperature: float = 1.0, top_k: int = 0,
+           max_len: int | None = None, use_cache: bool = True) -> Decoded:
+    """K samples per image, rows grouped by image (image i -> rows i*K..i*K+K-1).
+    Runs under the caller's grad mode (SCST recomputes log-probs with gradients)."""
+    return _unroll(model, att, fc, att_mask, k, False, temperature, top_k, max_len, use_cache)
+
+
+def _unroll(model, att, fc, att_mask, repeat, is_greedy, temperature, top_k, max_len, use_cache) -> Decoded:
+    max_len = max_len or model.max_len
+    mem_kv, mask = _encode(model, att, fc, att_mask, repeat)
+    n = mask.shape[0]
+    stepper = _Stepper(model, mem_kv, mask, n, use_cache)
+    tokens = torch.zeros(n, max_len, dtype=torch.long, device=mask.device)
+    steps_lp, steps_ent = [], []  # lists, not in-place writes, so gradients can flow (SCST)
+    current = torch.zeros(n, dtype=torch.long, device=mask.device)  # BOS
+    alive = torch.ones(n, dtype=torch.bool, device=mask.device)
+    for t in range(max_len):
+        token, logprob, entropy = _choose(stepper.step(current), is_greedy, temperature, top_k)
+        token = torch.where(alive, token, torch.zeros_like(token))
+        tokens[:, t] = token
+        steps_lp.append(torch.where(alive, logprob, torch.zeros_like(logprob)))
+        steps_ent.append(torch.where(alive, entropy, torch.zeros_like(entropy)))
+        alive = alive & (token != 0)
+        if not alive.any():
+            break
+        current = token
+    pad = max_len - len(steps_lp)
+    logprobs = F.pad(torch.stack(steps_lp, dim=1), (0, pad))
+    return Decoded(tokens, logprobs, F.pad(torch.stack(steps_ent, dim=1), (0, pad)))
+
+
+@torch.no_grad()
+def beam_search(model: Captioner, att, fc, att_mask, beam: int = 3, length_penalty: float = 0.0,
+                max_len: int | None = None, use_cache: bool = True) -> Decoded:
+    """Batched beam search; the best beam per image by score / length**length_penalty."""
+    max_len = max_len or model.max_len
+    mem_kv, mask = _encode(model, att, fc, att_mask, beam)
+    b = att.shape[0]
+    n = b * beam
+    device = mask.device
+    stepper = _Stepper(model, mem_kv, mask, n, use_cache)
+    scores = torch.full((b, beam), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start identical: expand only the first
+    tokens = torch.zeros(n, max_len, dtype=torch.long, device=device)
+    token_lp = torch.zeros(n, max_len, device=device)
+    finished = torch.zeros(n, dtype=torch.bool, device=device)
+    current = torch.zeros(n, dtype=torch.long, device=device)
+    for t in range(max_len):
+        logprobs = F.log_softmax(stepper.step(current), dim=-1)
+        # A finished beam can only continue with EOS at no cost, keeping its score fixed.
+        done_row = torch.full_like(logprobs, float("-inf"))
+        done_row[:, 0] = 0.0
+        logprobs = torch.where(finished[:, None], done_row, logprobs)
+        vocab = logprobs.shape[1]
+        total = (scores.view(n, 1) + logprobs).view(b, beam * vocab)
+        scores, flat = total.topk(beam, dim=1)
+        origin = (flat // vocab) + torch.arange(b, device=device)[:, None] * beam
+        origin, chosen = origin.view(-1), (flat % vocab).view(-1)
+        stepper.reorder(origin)
+        tokens, token_lp, finished = tokens[origin], token_lp[origin], finished[origin]
+        tokens[:, t] = torch.where(finished, torch.zeros_like(chosen), chosen)
+        token_lp[:, t] = torch.where(finished, torch.zeros_like(chosen, dtype=token_lp.dtype),
+                                     logprobs[origin, chosen])
+        finished = finished | (chosen == 0)
+        if finished.all():
+            break
+        current = chosen
+    lengths = ((tokens > 0).sum(1) + 1).clamp(max=max_len).float().view(b, beam)
+    normalised = scores / lengths ** length_penalty if length_penalty else scores
+    best = normalised.argmax(dim=1) + torch.arange(b, device=device) * beam
+    return Decoded(tokens[best], token_lp[best])

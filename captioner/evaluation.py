@@ -1,0 +1,53 @@
+"""Decoding a split, the teacher-forced loss on it, and scoring with the metric suite."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from captioner.decoding import beam_search, greedy
+from captioner.model import targets_and_mask
+from captioner.train_config import EvalConfig
+from captioner.vocab import Vocab
+
+
+def caption_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Mean over captions of each caption's mean token NLL (EOS included).
+
+    Normalising per caption, not per token, keeps the loss of a global batch equal to the mean
+    of the per-process losses, so N processes train exactly like one with the same global batch.
+    """
+    targets, mask = targets_and_mask(labels.reshape(-1, labels.shape[-1]))
+    nll = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none", label_smoothing=label_smoothing)
+    per_caption = (nll * mask).sum(1) / mask.sum(1)
+    return per_caption.mean()
+
+
+@dataclass
+class SplitOutput:
+    captions: dict[int, str]
+    loss: float
+
+
+@torch.no_grad()
+def decode_split(accelerator, model, loader, vocab: Vocab, cfg: EvalConfig) -> SplitOutput:
+    """Captions for every image of the loader's split, gathered from all processes."""
+    net = accelerator.unwrap_model(model)
+    net.eval()
+    captions: dict[int, str] = {}
+    loss_sum = torch.zeros(2, device=accelerator.device)
+    for batch in loader:
+        with accelerator.autocast():
+            logits = net(batch["att"], batch["fc"], batch["att_mask"], batch["labels"])
+            loss = caption_loss(logits, batch["labels"])
+            if cfg.decode == "beam":
+                out = beam_search(net, batch["att"], batch["fc"], batch["att_mask"], cfg.beam_size, cfg.length_penalty)
+            else:
+                out = greedy(net, batch["att"], batch["fc"], batch["att_mask"])
+        loss_sum += torch.stack([loss.float() * len(batch["image_ids"]), loss.new_tensor(len(batch["image_ids"]))])
+        ids, tokens = accelerator.gather_for_metrics((batch["image_ids"], out.tokens))
+        captions.update(zip(ids.tolist(), vocab.decode_batch(tokens), strict=True))
+    totals = accelerator.reduce(loss_sum, reduction="sum")
+    return SplitOutput(captions, float(totals[0] / totals[1].clamp(min=1)))

@@ -1,0 +1,56 @@
+"""What a run leaves for people: metrics.jsonl (appended and flushed per epoch), tensorboard
+scalars and sample tables, and samples/epoch_<k>.json in COCO results format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from captioner.atomic import append_line, write_json
+
+
+class RunLog:
+    def __init__(self, run_dir: Path, enabled: bool):
+        self.run_dir, self.enabled = run_dir, enabled
+        self.writer = None
+        if enabled:
+            from torch.utils.tensorboard import SummaryWriter
+
+            (run_dir / "samples").mkdir(parents=True, exist_ok=True)
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        if self.writer is not None:
+            for key, value in values.items():
+                self.writer.add_scalar(key, value, step)
+
+    def text(self, tag: str, markdown: str, step: int) -> None:
+        if self.writer is not None:
+            self.writer.add_text(tag, markdown, step)
+
+    def epoch(self, record: dict) -> None:
+        if self.enabled:
+            append_line(self.run_dir / "metrics.jsonl", json.dumps(record))
+            self.writer.flush()
+
+    def samples(self, epoch: int, captions: dict[int, str]) -> None:
+        if self.enabled:
+            results = [{"image_id": int(i), "caption": c} for i, c in sorted(captions.items())]
+            write_json(self.run_dir / "samples" / f"epoch_{epoch}.json", results)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

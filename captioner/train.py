@@ -1,0 +1,335 @@
+"""`python -m captioner.train --config configs/xe_world.yaml [--set k=v] [--resume latest]`
+
+Trains the captioner with cross-entropy under accelerate (`accelerate launch -m
+captioner.train ...` for several processes or GPUs). Every epoch decodes the val split, scores
+it with the metric suite, appends one line to runs/<name>/metrics.jsonl, writes
+samples/epoch_<k>.json and saves checkpoints/epoch_<k> (plus `last` and `best`). `--resume
+latest` continues an interrupted run exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.utils import set_seed
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from captioner.atomic import write_text
+from captioner.checkpoint import (
+    TrainerState,
+    config_differences,
+    read_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+)
+from captioner.cli import add_config_args, command
+from captioner.config import dump_config, load_config, to_dict
+from captioner.data import CaptionDataset, Labels, collate
+from captioner.errors import ConfigError, DataError, RlcapError
+from captioner.evaluation import caption_loss, decode_split
+from captioner.model import Captioner
+from captioner.run_log import RunLog, markdown_table, read_metrics
+from captioner.scst import check_scst_config, sample_table, scst_scalars, scst_step
+from captioner.train_config import TrainConfig
+from captioner.vocab import Vocab
+from features.store import FeatureReader
+from rewards.bank import RewardBank, RewardContext
+from rewards.references import load_references
+from rewards.suite import MetricContext, MetricSuite
+
+
+def mixed_precision(name: str) -> str:
+    if name != "auto":
+        return name
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
+
+
+def lr_lambda(cfg: TrainConfig, total_steps: int):
+    warmup, floor = cfg.optim.warmup_steps, cfg.optim.min_lr_ratio
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if cfg.optim.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        if cfg.optim.schedule == "linear":
+            return floor + (1 - floor) * (1 - progress)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def build_model(cfg: TrainConfig, state: TrainerState) -> Captioner:
+    return Captioner(cfg.model, state.vocab_size, state.max_len, state.feat_dim, state.n_tokens, state.fc_dim)
+
+
+def data_shapes(cfg: TrainConfig, labels: Labels, vocab: Vocab) -> TrainerState:
+    feats = FeatureReader(cfg.data.feats)
+    if int(labels.labels.max()) > len(vocab):
+        raise DataError(f"{cfg.data.labels} uses word ids up to {int(labels.labels.max())} but {cfg.data.vocab} "
+                        f"has {len(vocab)} words: they come from different prepro runs")
+    if cfg.model.visual_stem == "patch_conv" and feats.attrs.get("backbone") != "patches":
+        raise ConfigError(f"model.visual_stem 'patch_conv' needs `patches` features; {cfg.data.feats} holds "
+                          f"{feats.attrs.get('backbone')!r}")
+    _, n_tokens, feat_dim = feats.shapes["att"]
+    return TrainerState(feat_dim=int(feat_dim), n_tokens=int(n_tokens), fc_dim=int(feats.shapes["fc"][1]),
+                        max_len=labels.max_len, vocab_size=len(vocab), feats_backbone=str(feats.attrs.get("backbone")),
+                        stage=cfg.train.stage)
+
+
+def check_resume(ckpt: Path, cfg: TrainConfig, vocab: Vocab, shapes: TrainerState) -> TrainerState:
+    state, saved_cfg, saved_vocab = read_checkpoint(ckpt)
+    diffs = config_differences(saved_cfg.get("model", {}), to_dict(cfg.model), "model.")
+    if diffs:
+        raise ConfigError(f"cannot resume {ckpt}: the model config differs: {'; '.join(diffs)}")
+    if saved_vocab != vocab:
+        raise DataError(f"cannot resume {ckpt}: its vocabulary differs from {cfg.data.vocab}: "
+                        f"{saved_vocab.differences(vocab)}")
+    for key in ("feat_dim", "n_tokens", "fc_dim", "max_len"):
+        if getattr(state, key) != getattr(shapes, key):
+            raise DataError(f"cannot resume {ckpt}: {key} is {getattr(state, key)} there, {getattr(shapes, key)} "
+                            f"in {cfg.data.feats} / {cfg.data.labels}")
+    return state
+
+
+def uses_scst(cfg: TrainConfig) -> bool:
+    return cfg.train.stage == "scst" or cfg.train.scst_from_epoch >= 0
+
+
+def stage_of(cfg: TrainConfig, epoch: int) -> str:
+    if cfg.train.stage == "scst" or 0 <= cfg.train.scst_from_epoch <= epoch:
+        return "scst"
+    return "xe"
+
+
+def init_weights(model: Captioner, checkpoint: str, vocab: Vocab) -> None:
+    """Start from another run's weights (SCST from an XE checkpoint)."""
+    from safetensors.torch import load_model
+
+    path = Path(checkpoint)
+    _, _, saved_vocab = read_checkpoint(path)
+    if saved_vocab != vocab:
+        raise DataError(f"scst.init_from {path}: its vocabulary differs from the data's: {saved_vocab.differences(vocab)}")
+    try:
+        load_model(model, str(path / "model.safetensors"))
+    except (RuntimeError, FileNotFoundError) as exc:
+        raise DataError(f"scst.init_from {path}: weights do not fit this model config: {exc}") from None
+
+
+def make_loaders(cfg: TrainConfig, labels: Labels) -> tuple[DataLoader, DataLoader, CaptionDataset]:
+    train_ds = CaptionDataset(labels, cfg.data.feats, "train", cfg.data.seq_per_img, cfg.run.seed)
+    val_ds = CaptionDataset(labels, cfg.data.feats, cfg.data.val_split, cfg.data.seq_per_img, cfg.run.seed)
+    if cfg.data.max_val_images:
+        val_ds.rows = val_ds.rows[: cfg.data.max_val_images]
+    kw = {"collate_fn": collate, "num_workers": cfg.data.workers}
+    train = DataLoader(train_ds, batch_size=cfg.data.batch_size, shuffle=True, drop_last=True, **kw)
+    val = DataLoader(val_ds, batch_size=cfg.eval.batch_size, shuffle=False, **kw)
+    return train, val, train_ds
+
+
+class Trainer:
+    """Holds what one run needs; `fit` is the loop, read top to bottom."""
+
+    def __init__(self, cfg: TrainConfig, resume: str | None = None, progress: bool = True):
+        self.cfg, self.progress = cfg, progress
+        self.run_dir = Path(cfg.run.out_dir) / cfg.run.name
+        self.accelerator = Accelerator(
+            mixed_precision=mixed_precision(cfg.train.mixed_precision),
+            gradient_accumulation_steps=cfg.optim.accumulation_steps,
+            dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        )
+        set_seed(cfg.run.seed)  # before the model is built: same init on every process
+        self.labels = Labels.load(cfg.data.labels)
+        self.vocab = Vocab.load(cfg.data.vocab)
+        shapes = data_shapes(cfg, self.labels, self.vocab)
+        ckpt = resolve_checkpoint(self.run_dir, resume) if resume else None
+        self.state = check_resume(ckpt, cfg, self.vocab, shapes) if ckpt else shapes
+        self.refs = load_references(cfg.data.refs)
+        train_loader, val_loader, self.train_ds = make_loaders(cfg, self.labels)
+        model = build_model(cfg, self.state)
+        if cfg.scst.init_from and not ckpt:
+            init_weights(model, cfg.scst.init_from, self.vocab)
+        self.bank = None
+        if uses_scst(cfg):
+            check_scst_config(cfg.scst)
+            self.bank = RewardBank.from_config(cfg.scst.rewards, RewardContext(
+                references=self.refs, cider_df=cfg.data.cider_df, cider_eos=cfg.scst.cider_eos))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
+                                      weight_decay=cfg.optim.weight_decay)
+        self.steps_per_epoch = self._steps_per_epoch(len(train_loader))
+        total = self.steps_per_epoch * cfg.train.epochs
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total))
+        self.model, self.optimizer, self.train_loader, self.val_loader, self.scheduler = self.accelerator.prepare(
+            model, optimizer, train_loader, val_loader, scheduler)
+        if ckpt:
+            self.accelerator.load_state(str(ckpt))
+        self.log = RunLog(self.run_dir, self.accelerator.is_main_process)
+        self.suite = MetricSuite(cfg.eval.metrics, MetricContext(cider_df=cfg.data.cider_df, scenes=cfg.data.scenes)) \
+            if self.accelerator.is_main_process else None
+        if self.accelerator.is_main_process:
+            dump_config(cfg, self.run_dir / "config.yaml")
+            self._drop_metrics_after(self.state.epoch)
+
+    def _steps_per_epoch(self, batches: int) -> int:
+        processes = self.accelerator.num_processes
+        per_process = batches // processes if batches >= processes else batches
+        if self.cfg.train.max_steps_per_epoch:
+            per_process = min(per_process, self.cfg.train.max_steps_per_epoch)
+        return max(1, per_process // self.cfg.optim.accumulation_steps)
+
+    def _drop_metrics_after(self, epoch: int) -> None:
+        """A resumed run re-logs the epochs it redoes; keep metrics.jsonl free of duplicates."""
+        records = [r for r in read_metrics(self.run_dir) if r["epoch"] < epoch]
+        write_text(self.run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+
+    def fit(self) -> TrainerState:
+        for epoch in range(self.state.epoch, self.cfg.train.epochs):
+            start = time.perf_counter()
+            train_loss = self.train_epoch(epoch)
+            metrics = self.evaluate(epoch)
+            self.end_epoch(epoch, train_loss, metrics, time.perf_counter() - start)
+        self.log.close()
+        if self.suite is not None:
+            self.suite.close()
+        return self.state
+
+    def train_epoch(self, epoch: int) -> float:
+        cfg, acc = self.cfg, self.accelerator
+        self.model.train()
+        self.train_ds.set_epoch(epoch)
+        self.train_loader.set_epoch(epoch)
+        skip = self.state.step_in_epoch if epoch == self.state.epoch else 0
+        rng = torch.get_rng_state()
+        loader = acc.skip_first_batches(self.train_loader, skip) if skip else self.train_loader
+        batches = iter(loader)
+        torch.set_rng_state(rng)  # making the iterator draws a seed; resumed runs must not see that draw
+        limit = self.steps_per_epoch * cfg.optim.accumulation_steps
+        self.state.stage = stage_of(cfg, epoch)
+        bar = tqdm(total=limit, initial=skip, desc=f"epoch {epoch} {self.state.stage}", unit="batch",
+                   disable=not (self.progress and acc.is_local_main_process))
+        losses = []
+        for index in range(skip, limit):
+            batch = next(batches, None)
+            if batch is None:
+                break
+            with acc.accumulate(self.model):
+                with acc.autocast():
+                    loss = self._loss(batch)
+                if not torch.isfinite(loss):
+                    raise RlcapError(f"epoch {epoch} batch {index}: the loss is {loss.item()}; stopping")
+                acc.backward(loss)
+                if acc.sync_gradients and cfg.optim.grad_clip > 0:
+                    acc.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad()
+            losses.append(loss.item())
+            bar.update(1)
+            if acc.sync_gradients:
+                self._after_step(epoch, index + 1, losses)
+        bar.close()
+        mean = torch.tensor(sum(losses) / max(1, len(losses)), device=acc.device)
+        return float(acc.reduce(mean, reduction="mean"))
+
+    def _loss(self, batch: dict) -> torch.Tensor:
+        if self.state.stage == "xe":
+            logits = self.model(batch["att"], batch["fc"], batch["att_mask"], batch["labels"])
+            return caption_loss(logits, batch["labels"], self.cfg.optim.label_smoothing)
+        net = self.accelerator.unwrap_model(self.model)
+        self.scst = scst_step(self.model, net, batch, self.bank, self.vocab, self.cfg.scst)
+        self.scst_ids = batch["image_ids"].tolist()
+        return self.scst.loss
+
+    def _after_step(self, epoch: int, consumed: int, losses: list[float]) -> None:
+        self.state.global_step += 1
+        step = self.state.global_step
+        if step % self.cfg.train.log_every == 0:
+            bar_loss = sum(losses[-self.cfg.train.log_every:]) / min(len(losses), self.cfg.train.log_every)
+            self.log.scalars({"train/loss": bar_loss, "train/lr": self.scheduler.get_last_lr()[0]}, step)
+            if self.state.stage == "scst":
+                self.log.scalars(scst_scalars(self.accelerator, self.scst, self.cfg.scst.k), step)
+        if self.state.stage == "scst" and step % self.cfg.scst.sample_table_every == 0:
+            self.log.text("train/samples", markdown_table(*sample_table(self.scst, self.scst_ids, self.cfg.scst.k)), step)
+        every = self.cfg.checkpoint.every_steps
+        if every and step % every == 0:
+            self.state.epoch, self.state.step_in_epoch = epoch, consumed
+            save_checkpoint(self.accelerator, self.run_dir, f"step_{step}", self.state, self.cfg, self.vocab,
+                            False, self.cfg.checkpoint.keep_last)
+
+    def evaluate(self, epoch: int) -> dict[str, float]:
+        out = decode_split(self.accelerator, self.model, self.val_loader, self.vocab, self.cfg.eval)
+        self.val_captions = out.captions
+        metrics = {"val_loss": out.loss}
+        if self.suite is not None:
+            result = self.suite.score(out.captions, self.refs)
+            metrics.update(result.corpus)
+        return metrics
+
+    def end_epoch(self, epoch: int, train_loss: float, metrics: dict[str, float], seconds: float) -> None:
+        cfg = self.cfg
+        score = metrics.get(cfg.eval.select_by)
+        is_best = False
+        if self.accelerator.is_main_process:
+            if score is None:
+                raise ConfigError(f"eval.select_by {cfg.eval.select_by!r} is not among the computed metrics "
+                                  f"{sorted(metrics)}; add it to eval.metrics")
+            better = (lambda a, b: a > b) if cfg.eval.select_mode == "max" else (lambda a, b: a < b)
+            is_best = self.state.best_score is None or better(score, self.state.best_score)
+        is_best = bool(self.accelerator.gather(torch.tensor([is_best], device=self.accelerator.device))[0])
+        if is_best and score is not None:
+            self.state.best_score, self.state.best_epoch = score, epoch
+        record = {"epoch": epoch, "stage": self.state.stage, "step": self.state.global_step, "train_loss": train_loss,
+                  **metrics, "seconds": round(seconds, 1)}
+        self.log.scalars({f"val/{k}": v for k, v in metrics.items()}, self.state.global_step)
+        self.log.text("samples", self._sample_table(), self.state.global_step)
+        self.log.samples(epoch, self.val_captions)
+        self.log.epoch(record)
+        if self.accelerator.is_main_process:
+            shown = {k: round(v, 4) for k, v in record.items() if isinstance(v, float)}
+            print(f"epoch {epoch}: {shown}", flush=True)
+        self.state.epoch, self.state.step_in_epoch = epoch + 1, 0
+        save_checkpoint(self.accelerator, self.run_dir, f"epoch_{epoch}", self.state, cfg, self.vocab, is_best,
+                        cfg.checkpoint.keep_last)
+
+    def _sample_table(self) -> str:
+        rows = []
+        for image_id in list(self.val_captions)[: self.cfg.eval.show_samples]:
+            rows.append([str(image_id), self.val_captions[image_id], (self.refs.get(image_id) or [""])[0]])
+        return markdown_table(["image", "caption", "a reference"], rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m captioner.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(parser)
+    parser.add_argument("--resume", help="'latest' (this run's last checkpoint) or a checkpoint directory")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs and CI)")
+    return parser
+
+
+@command
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = load_config(TrainConfig, args.config, args.overrides)
+    for key in ("labels", "vocab", "refs", "feats"):
+        if not getattr(cfg.data, key):
+            raise ConfigError(f"config key 'data.{key}' is required")
+    state = Trainer(cfg, args.resume, progress=not args.no_progress).fit()
+    print(f"done: best {cfg.eval.select_by} {state.best_score} at epoch {state.best_epoch}; "
+          f"run in {Path(cfg.run.out_dir) / cfg.run.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

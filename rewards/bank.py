@@ -1,0 +1,110 @@
+"""The reward bank: named sentence-level rewards, mixed by weight, each timed and logged.
+
+A reward is any object with a `name` that maps a batch of captions (with their image ids) to one
+value per caption. Rewards register by name; a config picks them with weights, e.g.
+`rewards: {cider_d: 0.3, l_clip_s: 0.7}`. New families (the CLIP-family scores) register here
+and need no change to the SCST code.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from captioner.errors import ConfigError, RlcapError
+
+
+@dataclass
+class RewardContext:
+    """What reward factories may need: references by image id and paths/options."""
+
+    references: Mapping[int, Sequence[str]] = field(default_factory=dict)
+    cider_df: str | None = None
+    cider_eos: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+
+
+class Reward(Protocol):
+    name: str
+
+    def __call__(self, captions: Sequence[str], image_ids: Sequence[int]) -> torch.Tensor: ...
+
+
+_FACTORIES: dict[str, Callable[[RewardContext], Reward]] = {}
+
+
+def register_reward(name: str, factory: Callable[[RewardContext], Reward]) -> None:
+    _FACTORIES[name] = factory
+
+
+def available_rewards() -> list[str]:
+    _load_builtin()
+    return sorted(_FACTORIES)
+
+
+def make_reward(name: str, context: RewardContext) -> Reward:
+    _load_builtin()
+    if name not in _FACTORIES:
+        raise ConfigError(f"unknown reward {name!r}; known rewards: {', '.join(sorted(_FACTORIES))}")
+    return _FACTORIES[name](context)
+
+
+@dataclass
+class RewardOutput:
+    total: torch.Tensor  # [B] weighted sum
+    values: dict[str, torch.Tensor]  # name -> [B]
+    seconds: dict[str, float]
+
+
+class RewardBank:
+    def __init__(self, rewards: Mapping[str, Reward], weights: Mapping[str, float]):
+        self.rewards, self.weights = dict(rewards), dict(weights)
+
+    @classmethod
+    def from_config(cls, weights: Mapping[str, float], context: RewardContext | None = None) -> RewardBank:
+        context = context or RewardContext()
+        if not weights:
+            raise ConfigError("rewards: at least one reward with a weight is needed, e.g. {cider_d: 1.0}")
+        for name, weight in weights.items():
+            if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not math.isfinite(weight):
+                raise ConfigError(f"reward {name!r}: weight must be a finite number, got {weight!r}")
+        if all(w == 0 for w in weights.values()):
+            raise ConfigError(f"rewards: all weights are zero ({dict(weights)}); nothing to optimise")
+        for name, weight in weights.items():
+            if weight < 0:
+                warnings.warn(f"reward {name!r} has a negative weight ({weight}): it will be minimised", stacklevel=2)
+        rewards = {name: make_reward(name, context) for name, weight in weights.items() if weight != 0}
+        return cls(rewards, {n: float(w) for n, w in weights.items() if w != 0})
+
+    def __call__(self, captions: Sequence[str], image_ids: Sequence[int]) -> RewardOutput:
+        values, seconds = {}, {}
+        total = torch.zeros(len(captions), dtype=torch.float64)
+        for name, reward in self.rewards.items():
+            start = time.perf_counter()
+            value = reward(captions, image_ids)
+            seconds[name] = time.perf_counter() - start
+            value = self._check(name, value, len(captions))
+            values[name] = value
+            total += self.weights[name] * value
+        return RewardOutput(total.float(), {k: v.float() for k, v in values.items()}, seconds)
+
+    @staticmethod
+    def _check(name: str, value: object, size: int) -> torch.Tensor:
+        value = torch.as_tensor(value, dtype=torch.float64).detach().cpu()
+        if value.shape != (size,):
+            raise RlcapError(f"reward {name!r} returned shape {tuple(value.shape)}, expected ({size},)")
+        if not torch.isfinite(value).all():
+            bad = int((~torch.isfinite(value)).sum())
+            raise RlcapError(f"reward {name!r} returned {bad} non-finite value(s) (NaN/inf); stopping")
+        return value
+
+
+def _load_builtin() -> None:
+    import rewards.text_rewards  # noqa: F401  (registers cider_d, cider, bleu_4, length, constant)

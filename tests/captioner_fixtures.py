@@ -1,0 +1,39 @@
+"""A prepared tiny world (prepro + patches features) and tiny training configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from captioner import prepro
+from features.extract import ExtractConfig, extract
+
+
+def prepare_tiny_data(world: Path, out: Path) -> dict[str, str]:
+    prepro.main(["--dataset", str(world / "dataset.json"), "--out", str(out / "data"), "--min-count", "1",
+                 "--max-len", "12"])
+    extract(ExtractConfig(dataset=str(world / "dataset.json"), images_root=str(world), out=str(out / "feats.h5"),
+                          workers=0), progress=False)
+    return {"labels": str(out / "data" / "labels.h5"), "vocab": str(out / "data" / "vocab.json"),
+            "refs": str(out / "data" / "refs.json"), "feats": str(out / "feats.h5"),
+            "cider_df": str(out / "data" / "cider_df.json.gz"), "scenes": str(world / "scenes.json")}
+
+
+def tiny_config(data: dict[str, str], out_dir: Path, name: str = "tiny", **sections) -> Path:
+    cfg = {
+        "run": {"name": name, "out_dir": str(out_dir), "seed": 3},
+        "data": {**data, "seq_per_img": 2, "batch_size": 8, "workers": 0},
+        "model": {"d_model": 32, "n_heads": 2, "enc_layers": 1, "dec_layers": 1, "d_ff": 64, "dropout": 0.1,
+                  "visual_stem": "patch_conv", "stem_channels": [8, 16]},
+        "optim": {"lr": 3e-3, "warmup_steps": 2},
+        "train": {"epochs": 2, "log_every": 2},
+        "eval": {"metrics": ["bleu_4", "cider", "object_recall", "hallucination_mention"], "batch_size": 16},
+        "checkpoint": {"keep_last": 2},
+    }
+    for section, values in sections.items():
+        cfg[section].update(values)
+    path = out_dir / f"{name}.yaml"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
