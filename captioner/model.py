@@ -105,7 +105,10 @@ class DecoderLayer(nn.Module):
                 cache: list[torch.Tensor] | None = None, start: int = 0) -> torch.Tensor:
         p = self.attn_drop if self.training else 0.0
         q, k, v = (self._heads(t) for t in self.qkv(self.ln_self(x)).chunk(3, dim=-1))
-        if cache is not None:  # write this step's keys/values, attend over everything so far
+        if cache is not None and cache[0].shape[2] == start:  # growing cache: autograd-safe
+            cache[0], cache[1] = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+            k, v = cache[0], cache[1]
+        elif cache is not None:  # preallocated cache: write this step in place (inference)
             t = q.shape[2]
             cache[0][:, :, start:start + t] = k
             cache[1][:, :, start:start + t] = v
@@ -169,8 +172,11 @@ class Captioner(nn.Module):
         return self.out(self.dec_norm(x))
 
     def new_cache(self, n: int, device: torch.device, dtype: torch.dtype) -> list[list[torch.Tensor]]:
+        """Preallocated key/value buffers; when gradients are on, empty ones that grow by
+        concatenation (in-place writes would invalidate tensors autograd saved)."""
         d, h = self.cfg.d_model, self.cfg.n_heads
-        shape = (n, h, self.max_len + 1, d // h)
+        length = 0 if torch.is_grad_enabled() else self.max_len + 1
+        shape = (n, h, length, d // h)
         return [[torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype)]
                 for _ in self.layers]
 

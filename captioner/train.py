@@ -76,6 +76,7 @@ def build_model(cfg: TrainConfig, state: TrainerState) -> Captioner:
 
 def data_shapes(cfg: TrainConfig, labels: Labels, vocab: Vocab) -> TrainerState:
     feats = FeatureReader(cfg.data.feats)
+    feats.require(labels.image_ids.tolist(), what=f"the dataset of {cfg.data.labels}")
     if int(labels.labels.max()) > len(vocab):
         raise DataError(f"{cfg.data.labels} uses word ids up to {int(labels.labels.max())} but {cfg.data.vocab} "
                         f"has {len(vocab)} words: they come from different prepro runs")
@@ -138,6 +139,23 @@ def make_loaders(cfg: TrainConfig, labels: Labels) -> tuple[DataLoader, DataLoad
     return train, val, train_ds
 
 
+def _isolated_rng_iter(loader):
+    """Iterate a loader without letting it consume the global torch RNG.
+
+    Starting a DataLoader iterator draws a base seed from the global generator, and accelerate's
+    loaders start it lazily at the first batch. A resumed run starts its iterator at a different
+    point than the original did, so that draw would shift every later dropout mask; holding the
+    RNG state across the first fetch keeps resumed runs bit-identical.
+    """
+    state = torch.get_rng_state()
+    batches = iter(loader)
+    first = next(batches, None)
+    torch.set_rng_state(state)
+    if first is not None:
+        yield first
+        yield from batches
+
+
 class Trainer:
     """Holds what one run needs; `fit` is the loop, read top to bottom."""
 
@@ -145,9 +163,13 @@ class Trainer:
         self.cfg, self.progress = cfg, progress
         self.run_dir = Path(cfg.run.out_dir) / cfg.run.name
         self.accelerator = Accelerator(
+            # Without CUDA, ask for CPU explicitly so that torchrun-style launches become MULTI_CPU (gloo).
+            cpu=not torch.cuda.is_available(),
             mixed_precision=mixed_precision(cfg.train.mixed_precision),
             gradient_accumulation_steps=cfg.optim.accumulation_steps,
             dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+            # The schedule counts optimizer steps, however many processes share a step.
+            step_scheduler_with_optimizer=False,
         )
         set_seed(cfg.run.seed)  # before the model is built: same init on every process
         self.labels = Labels.load(cfg.data.labels)
@@ -210,10 +232,8 @@ class Trainer:
         self.train_ds.set_epoch(epoch)
         self.train_loader.set_epoch(epoch)
         skip = self.state.step_in_epoch if epoch == self.state.epoch else 0
-        rng = torch.get_rng_state()
         loader = acc.skip_first_batches(self.train_loader, skip) if skip else self.train_loader
-        batches = iter(loader)
-        torch.set_rng_state(rng)  # making the iterator draws a seed; resumed runs must not see that draw
+        batches = _isolated_rng_iter(loader)
         limit = self.steps_per_epoch * cfg.optim.accumulation_steps
         self.state.stage = stage_of(cfg, epoch)
         bar = tqdm(total=limit, initial=skip, desc=f"epoch {epoch} {self.state.stage}", unit="batch",
@@ -232,7 +252,8 @@ class Trainer:
                 if acc.sync_gradients and cfg.optim.grad_clip > 0:
                     acc.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
                 self.optimizer.step()
-                self.scheduler.step()
+                if acc.sync_gradients:
+                    self.scheduler.step()
                 self.optimizer.zero_grad()
             losses.append(loss.item())
             bar.update(1)
@@ -325,9 +346,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key in ("labels", "vocab", "refs", "feats"):
         if not getattr(cfg.data, key):
             raise ConfigError(f"config key 'data.{key}' is required")
-    state = Trainer(cfg, args.resume, progress=not args.no_progress).fit()
-    print(f"done: best {cfg.eval.select_by} {state.best_score} at epoch {state.best_epoch}; "
-          f"run in {Path(cfg.run.out_dir) / cfg.run.name}")
+    trainer = Trainer(cfg, args.resume, progress=not args.no_progress)
+    state = trainer.fit()
+    if trainer.accelerator.is_main_process:
+        print(f"done: best {cfg.eval.select_by} {state.best_score} at epoch {state.best_epoch}; "
+              f"run in {Path(cfg.run.out_dir) / cfg.run.name}")
     return 0
 
 

@@ -20,10 +20,10 @@ def prepare_tiny_data(world: Path, out: Path) -> dict[str, str]:
             "cider_df": str(out / "data" / "cider_df.json.gz"), "scenes": str(world / "scenes.json")}
 
 
-def tiny_config(data: dict[str, str], out_dir: Path, name: str = "tiny", **sections) -> Path:
+def tiny_config(paths: dict[str, str], out_dir: Path, name: str = "tiny", **sections) -> Path:
     cfg = {
         "run": {"name": name, "out_dir": str(out_dir), "seed": 3},
-        "data": {**data, "seq_per_img": 2, "batch_size": 8, "workers": 0},
+        "data": {**paths, "seq_per_img": 2, "batch_size": 8, "workers": 0},
         "model": {"d_model": 32, "n_heads": 2, "enc_layers": 1, "dec_layers": 1, "d_ff": 64, "dropout": 0.1,
                   "visual_stem": "patch_conv", "stem_channels": [8, 16]},
         "optim": {"lr": 3e-3, "warmup_steps": 2},
@@ -32,7 +32,7 @@ def tiny_config(data: dict[str, str], out_dir: Path, name: str = "tiny", **secti
         "checkpoint": {"keep_last": 2},
     }
     for section, values in sections.items():
-        cfg[section].update(values)
+        cfg.setdefault(section, {}).update(values)
     path = out_dir / f"{name}.yaml"
     out_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg))

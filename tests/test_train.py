@@ -91,15 +91,17 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tiny_data, tmp_pat
 
 
 def test_two_processes_match_one_with_the_same_global_batch(tiny_data, tmp_path):
-    """accelerate launch --num_processes 2 with 4 images each vs 1 process with 8 (dropout off).
-    Tolerance: 1e-4 on val loss and 0.02 on CIDEr (float reduction order differs)."""
+    """Two processes with 4 images each vs one with 8 (dropout off). Tolerance: 1e-4 on val loss and
+    0.02 on CIDEr (all-reduce sums in another order). accelerate 1.x runs `launch --cpu` as a single
+    process (multi-CPU there means mpirun), so two CPU processes come from the torchrun launcher:
+    `--multi_gpu` on a machine without GPUs, which rlcap's trainer turns into MULTI_CPU (gloo)."""
     sections = {"model": {"dropout": 0.0}, "train": {"epochs": 2}}
     one = tiny_config(tiny_data, tmp_path, name="one", data={"batch_size": 8}, **sections)
     two = tiny_config(tiny_data, tmp_path, name="two", data={"batch_size": 4}, **sections)
     assert _train_subprocess(one).wait(timeout=300) == 0
     accelerate = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([accelerate, "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+    result = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                              "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "captioner.train",
                              "--config", str(two), "--no-progress"], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=600, check=False)
