@@ -175,6 +175,8 @@ class Trainer:
         self.labels = Labels.load(cfg.data.labels)
         self.vocab = Vocab.load(cfg.data.vocab)
         shapes = data_shapes(cfg, self.labels, self.vocab)
+        if resume == "auto":  # continue when the run has a checkpoint, else start fresh
+            resume = "latest" if (self.run_dir / "checkpoints" / "last").exists() else None
         ckpt = resolve_checkpoint(self.run_dir, resume) if resume else None
         self.state = check_resume(ckpt, cfg, self.vocab, shapes) if ckpt else shapes
         self.refs = load_references(cfg.data.refs)
@@ -334,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m captioner.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(parser)
-    parser.add_argument("--resume", help="'latest' (this run's last checkpoint) or a checkpoint directory")
+    parser.add_argument("--resume", help="'latest' (this run's last checkpoint), 'auto' (latest if there is one, "
+                        "else start) or a checkpoint directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs and CI)")
     return parser
 

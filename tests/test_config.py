@@ -68,3 +68,18 @@ def test_resolved_config_round_trips(tmp_path):
     cfg = load_config(Demo, None, ["rewards={cider_d: 1}", "optim.lr=0.5"])
     dump_config(cfg, tmp_path / "resolved.yaml")
     assert load_config(Demo, tmp_path / "resolved.yaml") == cfg
+
+
+def test_every_shipped_config_loads():
+    from pathlib import Path
+
+    from captioner.prepro import PreproConfig
+    from captioner.train_config import TrainConfig
+    from captioner.world.generate import WorldConfig
+    from features.extract import ExtractConfig
+
+    kinds = {"world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig, "features_patches.yaml": ExtractConfig}
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+    assert len(configs) >= 7
+    for path in configs:
+        load_config(kinds.get(path.name, TrainConfig), path)
