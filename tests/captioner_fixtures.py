@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 
 from captioner import prepro
 from features.extract import ExtractConfig, extract
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def prepare_tiny_data(world: Path, out: Path) -> dict[str, str]:
@@ -37,3 +43,13 @@ def tiny_config(paths: dict[str, str], out_dir: Path, name: str = "tiny", **sect
     out_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def launch_two_processes(config: Path) -> subprocess.CompletedProcess:
+    """`accelerate launch --multi_gpu --num_processes 2 -m captioner.train` on CPU (torchrun + gloo)."""
+    accelerate = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "captioner.train",
+                           "--config", str(config), "--no-progress"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)

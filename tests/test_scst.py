@@ -15,7 +15,11 @@ from captioner.scst import ScstConfig, check_scst_config, loo_baseline, scst_ste
 from captioner.vocab import Vocab
 from rewards import RewardBank
 from rewards.bank import available_rewards, register_reward
-from tests.captioner_fixtures import prepare_tiny_data, tiny_config
+from tests.captioner_fixtures import (
+    launch_two_processes,
+    prepare_tiny_data,
+    tiny_config,
+)
 
 
 class Fixed:
@@ -153,24 +157,12 @@ def test_scst_stage_end_to_end_with_cider_d(tiny_data, tmp_path):
 
 def test_scst_under_two_processes(tiny_data, tmp_path):
     """Each process samples and scores its own images; the run writes one metrics line per epoch."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
     xe = tiny_config(tiny_data, tmp_path, name="xe2", train={"epochs": 1})
     assert train_cli.main(["--config", str(xe), "--no-progress"]) == 0
     scst = tiny_config(tiny_data, tmp_path, name="scst2", data={"batch_size": 4},
                        train={"epochs": 1, "stage": "scst", "log_every": 1}, optim={"lr": 1e-4, "warmup_steps": 0},
                        scst={"rewards": {"cider_d": 1.0}, "k": 3, "init_from": str(tmp_path / "xe2" / "checkpoints" / "last")})
-    accelerate = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                             "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "captioner.train",
-                             "--config", str(scst), "--no-progress"], cwd=root, env=env, capture_output=True,
-                            text=True, timeout=600, check=False)
+    result = launch_two_processes(scst)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = (tmp_path / "scst2" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["stage"] == "scst"

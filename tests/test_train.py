@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +17,11 @@ from safetensors.torch import load_file
 from captioner import evaluate as evaluate_cli
 from captioner import select as select_cli
 from captioner import train as train_cli
-from tests.captioner_fixtures import prepare_tiny_data, tiny_config
+from tests.captioner_fixtures import (
+    launch_two_processes,
+    prepare_tiny_data,
+    tiny_config,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,12 +102,7 @@ def test_two_processes_match_one_with_the_same_global_batch(tiny_data, tmp_path)
     one = tiny_config(tiny_data, tmp_path, name="one", data={"batch_size": 8}, **sections)
     two = tiny_config(tiny_data, tmp_path, name="two", data={"batch_size": 4}, **sections)
     assert _train_subprocess(one).wait(timeout=300) == 0
-    accelerate = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                             "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "captioner.train",
-                             "--config", str(two), "--no-progress"], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=600, check=False)
+    result = launch_two_processes(two)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     m1, m2 = metrics(tmp_path / "one"), metrics(tmp_path / "two")
     assert len(m2) == 2  # one line per epoch: only the main process writes
