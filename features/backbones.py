@@ -20,8 +20,8 @@ from rewards.open_clip_models import load_open_clip
 
 @dataclass
 class Encoded:
-    att: torch.Tensor
-    fc: torch.Tensor
+    att: torch.Tensor | None
+    fc: torch.Tensor | None
     embed: torch.Tensor | None = None
 
 
@@ -33,6 +33,7 @@ class PatchBackbone:
     """
 
     has_embed = False
+    has_feats = True
 
     def __init__(self, image_size: int = 64, patch: int = 8):
         if image_size % patch:
@@ -59,6 +60,7 @@ class OpenClipBackbone:
     """Grid tokens of the image tower's last block, its pooled output and the normalised embedding."""
 
     has_embed = True
+    has_feats = True
 
     def __init__(self, arch: str, pretrained: str | None, device: str | torch.device = "cpu"):
         loaded = load_open_clip(arch, pretrained, device)
@@ -85,10 +87,44 @@ class OpenClipBackbone:
         return Encoded(att=grid.flatten(2).transpose(1, 2), fc=pooled, embed=F.normalize(pooled, dim=-1))
 
 
+class RewardModelBackbone:
+    """Image embeddings only, from a LongCLIP/SPECS or L-CLIP reward model (no grid features)."""
+
+    has_embed = True
+    has_feats = False
+
+    def __init__(self, kind: str, pretrained: str | None, device: str | torch.device = "cpu"):
+        from rewards.reward_models import RewardModelSpec, load_reward_model
+
+        self.model = load_reward_model(RewardModelSpec(kind=kind, weights=pretrained), device)
+        self.name, self.fingerprint, self.transform = kind, self.model.fingerprint, self.model.preprocess
+        self.device = torch.device(device)
+        self.image_size = _side(self.transform)
+        self.embed_dim = self.encode(torch.zeros(1, 3, self.image_size, self.image_size)).embed.shape[1]
+
+    @torch.no_grad()
+    def encode(self, images: torch.Tensor) -> Encoded:
+        embed = F.normalize(self.model.encode_image(images.to(self.device)).float(), dim=-1)
+        return Encoded(att=None, fc=None, embed=embed)
+
+
+def _side(transform: Callable) -> int:
+    for step in getattr(transform, "transforms", []):
+        if isinstance(step, transforms.CenterCrop):
+            return int(step.size[0])
+    raise ConfigError("cannot read the image size from the reward model's transform")
+
+
+REWARD_KINDS = ("longclip", "lclip")
+
+
 def make_backbone(spec: str, pretrained: str | None = None, image_size: int = 64, patch: int = 8,
-                  device: str | torch.device = "cpu") -> PatchBackbone | OpenClipBackbone:
+                  device: str | torch.device = "cpu") -> PatchBackbone | OpenClipBackbone | RewardModelBackbone:
     if spec == "patches":
         return PatchBackbone(image_size, patch)
     if spec.startswith("open_clip:"):
         return OpenClipBackbone(spec.split(":", 1)[1], pretrained, device)
-    raise ConfigError(f"unknown backbone {spec!r}; use 'patches' or 'open_clip:<arch>' (e.g. open_clip:ViT-B-32)")
+    if spec in REWARD_KINDS:
+        return RewardModelBackbone(spec, pretrained, device)
+    raise ConfigError(f"unknown backbone {spec!r}; use 'patches', 'open_clip:<arch>' (e.g. open_clip:ViT-B-32), "
+                      f"or a reward model for embeddings only: {', '.join(REWARD_KINDS)}")

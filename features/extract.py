@@ -1,7 +1,7 @@
 """`python -m features.extract`: images of a Karpathy dataset -> feats.h5 (+ reward embeddings).
 
 feats.h5: image_ids [N], att [N, P, D] grid tokens, fc [N, D'] pooled; attrs backbone,
-fingerprint (hash of the weights), image_size. With --embeds-out (open_clip backbones):
+fingerprint (hash of the weights), image_size. With --embeds-out (open_clip, longclip, lclip):
 image_ids [N], image [N, d] L2-normalised, for the reward models' caches.
 Resumable: an interrupted run leaves *.partial files and the next run skips the ids in them.
 """
@@ -59,10 +59,11 @@ def extract(cfg: ExtractConfig, on_batch: Callable[[int], None] | None = None, p
     backbone = make_backbone(cfg.backbone, cfg.pretrained, cfg.image_size, cfg.patch, pick_device(cfg.device))
     attrs = {"backbone": backbone.name, "fingerprint": backbone.fingerprint, "image_size": backbone.image_size,
              "dataset": str(cfg.dataset)}
-    if _already_done(Path(cfg.out), attrs, cfg.embeds_out):
+    main_out = Path(cfg.out or cfg.embeds_out)
+    if _already_done(cfg, attrs):
         if progress:
-            print(f"{cfg.out} already holds these features ({backbone.name}); nothing to do")
-        return Path(cfg.out)
+            print(f"{main_out} already holds these features ({backbone.name}); nothing to do")
+        return main_out
     writers = _open_writers(cfg, backbone, attrs)
     try:
         done = _resume_point(writers)
@@ -78,59 +79,67 @@ def extract(cfg: ExtractConfig, on_batch: Callable[[int], None] | None = None, p
             _write_batch(writers, backbone.encode(images), [ids[r] for r in rows], cfg.dtype)
             bar.update(len(rows))
             if on_batch is not None:
-                on_batch(writers[0].count)
+                on_batch(next(iter(writers.values())).count)
         bar.close()
-        for writer in writers:
+        for writer in writers.values():
             writer.finish()
     finally:
-        for writer in writers:
+        for writer in writers.values():
             writer.close()
-    dump_config(cfg, Path(cfg.out).with_suffix(".config.yaml"))
-    return Path(cfg.out)
+    dump_config(cfg, main_out.with_suffix(".config.yaml"))
+    return main_out
 
 
 def _validate(cfg: ExtractConfig) -> None:
-    for key in ("dataset", "images_root", "out"):
+    for key in ("dataset", "images_root"):
         if not getattr(cfg, key):
             raise ConfigError(f"extract needs {key!r} (--{key.replace('_', '-')})")
+    if not cfg.out and not cfg.embeds_out:
+        raise ConfigError("extract needs 'out' (--out feats.h5) and/or 'embeds_out' (--embeds-out embeds/<key>.h5)")
     if cfg.dtype not in ("float16", "float32"):
         raise ConfigError(f"config key 'dtype': 'float16' or 'float32', got {cfg.dtype!r}")
     if cfg.batch_size < 1:
         raise ConfigError("config key 'batch_size': must be >= 1")
 
 
-def _already_done(out: Path, attrs: dict, embeds_out: str | None) -> bool:
-    """A finished file with the same backbone is kept; one from another backbone is an error."""
-    if not out.exists():
-        return False
-    with h5py.File(out, "r") as h5:
-        check_identity(h5, attrs, out)
-    return embeds_out is None or Path(embeds_out).exists()
+def _already_done(cfg: ExtractConfig, attrs: dict) -> bool:
+    """Finished files from the same model are kept; one from another model is an error."""
+    outputs = [Path(p) for p in (cfg.out, cfg.embeds_out) if p]
+    for out in outputs:
+        if out.exists():
+            with h5py.File(out, "r") as h5:
+                check_identity(h5, attrs, out)
+    return all(out.exists() for out in outputs)
 
 
-def _open_writers(cfg: ExtractConfig, backbone, attrs: dict) -> list[FeatureWriter]:
-    columns = {"att": (backbone.att_shape, cfg.dtype), "fc": ((backbone.fc_dim,), cfg.dtype)}
-    writers = [FeatureWriter(cfg.out, columns, attrs)]
+def _open_writers(cfg: ExtractConfig, backbone, attrs: dict) -> dict[str, FeatureWriter]:
+    writers = {}
+    if cfg.out:
+        if not backbone.has_feats:
+            raise ConfigError(f"backbone {backbone.name} gives image embeddings only: use --embeds-out, not --out")
+        columns = {"att": (backbone.att_shape, cfg.dtype), "fc": ((backbone.fc_dim,), cfg.dtype)}
+        writers["feats"] = FeatureWriter(cfg.out, columns, attrs)
     if cfg.embeds_out:
         if not backbone.has_embed:
-            raise ConfigError(f"--embeds-out needs an open_clip backbone; {backbone.name} has no image embedding")
-        writers.append(FeatureWriter(cfg.embeds_out, {"image": ((backbone.embed_dim,), "float32")},
-                                     {**attrs, "model": backbone.name, "normalized": True}))
+            raise ConfigError(f"--embeds-out needs a CLIP-family backbone; {backbone.name} has no image embedding")
+        writers["embeds"] = FeatureWriter(cfg.embeds_out, {"image": ((backbone.embed_dim,), "float32")},
+                                          {**attrs, "model": backbone.name, "normalized": True})
     return writers
 
 
-def _resume_point(writers: list[FeatureWriter]) -> set[int]:
-    common = min(w.count for w in writers)
-    for writer in writers:
+def _resume_point(writers: dict[str, FeatureWriter]) -> set[int]:
+    common = min(w.count for w in writers.values())
+    for writer in writers.values():
         writer.truncate(common)
-    return writers[0].done_ids()
+    return next(iter(writers.values())).done_ids()
 
 
-def _write_batch(writers: list[FeatureWriter], enc, image_ids: list[int], dtype: str) -> None:
-    writers[0].append(image_ids, {"att": enc.att.float().cpu().numpy().astype(dtype),
-                                  "fc": enc.fc.float().cpu().numpy().astype(dtype)})
-    if len(writers) > 1:
-        writers[1].append(image_ids, {"image": enc.embed.float().cpu().numpy().astype(np.float32)})
+def _write_batch(writers: dict[str, FeatureWriter], enc, image_ids: list[int], dtype: str) -> None:
+    if "feats" in writers:
+        writers["feats"].append(image_ids, {"att": enc.att.float().cpu().numpy().astype(dtype),
+                                            "fc": enc.fc.float().cpu().numpy().astype(dtype)})
+    if "embeds" in writers:
+        writers["embeds"].append(image_ids, {"image": enc.embed.float().cpu().numpy().astype(np.float32)})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,10 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dataset", help="Karpathy-format dataset.json")
     parser.add_argument("--images-root", help="folder that filepath/filename entries are relative to")
-    parser.add_argument("--backbone", help="'patches' (no weights) or 'open_clip:<arch>', e.g. open_clip:ViT-B-32")
-    parser.add_argument("--pretrained", help="open_clip weights: a local file (.pt/.safetensors) or a hub tag")
-    parser.add_argument("--out", help="output feats.h5")
-    parser.add_argument("--embeds-out", help="also write L2-normalised image embeddings here (open_clip only)")
+    parser.add_argument("--backbone", help="'patches' (no weights), 'open_clip:<arch>' (e.g. open_clip:ViT-B-32), "
+                        "or, for reward-model embeddings only, 'longclip' (SPECS) or 'lclip' (L-CLIP)")
+    parser.add_argument("--pretrained", help="weights: a local file (.pt/.safetensors/.ckpt); for open_clip also "
+                        "a hub tag")
+    parser.add_argument("--out", help="output feats.h5 (captioner features)")
+    parser.add_argument("--embeds-out", help="write L2-normalised image embeddings here (embeds/<key>.h5)")
     parser.add_argument("--image-size", type=int, help="patches backbone: resize images to this side (default 64)")
     parser.add_argument("--patch", type=int, help="patches backbone: patch side in pixels (default 8)")
     parser.add_argument("--batch-size", type=int, help="images per batch (default 64)")
@@ -162,8 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = config_from_args(ExtractConfig, args, flags)
     out = extract(cfg)
     with h5py.File(out, "r") as h5:
-        summary = {"out": str(out), "images": int(h5["image_ids"].shape[0]), "att": list(h5["att"].shape[1:]),
-                   "backbone": h5.attrs["backbone"]}
+        summary = {"out": str(out), "images": int(h5["image_ids"].shape[0]), "backbone": h5.attrs["backbone"],
+                   "fingerprint": h5.attrs["fingerprint"]}
+        summary.update({"att": list(h5["att"].shape[1:])} if "att" in h5 else {"embed_dim": int(h5["image"].shape[1])})
     print(json.dumps(summary))
     return 0
 

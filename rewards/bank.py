@@ -29,6 +29,8 @@ class RewardContext:
     cider_eos: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
+    reward_models: dict[str, Any] = field(default_factory=dict)  # key -> RewardModelSpec (CLIP family)
+    shared: dict[str, Any] = field(default_factory=dict)  # objects several rewards share (one ClipFamily)
 
 
 class Reward(Protocol):
@@ -107,4 +109,5 @@ class RewardBank:
 
 
 def _load_builtin() -> None:
+    import rewards.clip_rewards
     import rewards.text_rewards  # noqa: F401  (registers cider_d, cider, bleu_4, length, constant)

@@ -121,10 +121,17 @@ def bench_tokenizer(path: str | Path) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rewards.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["ngram"], help="ngram: BLEU/ROUGE-L/CIDEr and the SCST CIDEr-D reward")
+    parser.add_argument("which", choices=["ngram", "clip"],
+                        help="ngram: BLEU/ROUGE-L/CIDEr and the SCST CIDEr-D reward; "
+                        "clip: the batched CLIP-family scorer against a naive one, and the noun parser")
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="coco_val_1k.json-style file")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--arch", default="ViT-B-32", help="clip: open_clip architecture")
+    parser.add_argument("--weights", help="clip: weights file or hub tag (default: random init)")
+    parser.add_argument("--device", default="auto", help="clip: auto (GPU when present), cpu or cuda")
     args = parser.parse_args(argv)
+    if args.which == "clip":
+        return _main_clip(args)
     gts, res = load_coco_1k(args.data)
     result = {"bench": "ngram", "images": len(gts), **bench_corpus_metrics(gts, res, args.repeats),
               "scst_cider_d": bench_scst_cider_d(gts, max(args.repeats, 9)), "ptb_tokenizer": bench_tokenizer(args.data)}
@@ -133,6 +140,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:14s} ours {row['ours_s'] * 1e3:8.2f} ms   pycocoevalcap {row['ref_s'] * 1e3:8.2f} ms   "
                   f"x{row['ratio']:.1f}   max|diff| {row.get('max_abs_diff', 0):.2e}")
     print(json.dumps(result))
+    return 0
+
+
+def _main_clip(args: argparse.Namespace) -> int:
+    from rewards.bench_clip import bench_clip, bench_nouns
+
+    try:
+        data = json.loads(Path(args.data).read_text())
+    except FileNotFoundError:
+        raise DataError(f"{args.data}: benchmark data not found") from None
+    row = bench_clip(data, args.arch, args.weights, args.device, args.repeats)
+    nouns = bench_nouns(data)
+    print(f"clip family ({', '.join(row['terms'])}; {row['captions']} captions, {row['arch']} on {row['device']}): "
+          f"ours {row['ours_s'] * 1e3:.1f} ms (warm {row['ours_warm_s'] * 1e3:.1f} ms)   naive "
+          f"{row['naive_s'] * 1e3:.1f} ms   x{row['ratio']:.1f}   max|diff| {row['max_abs_diff']:.2e}")
+    print(f"nouns: {nouns['nouns_per_s']:.0f} nouns/s ({nouns['captions_per_s']:.0f} captions/s)")
+    print(json.dumps({"bench": "clip", **row, "nouns_per_s": nouns["nouns_per_s"], "nouns": nouns}))
     return 0
 
 

@@ -15,6 +15,12 @@ import torch
 from captioner.errors import ConfigError
 from rewards.checkpoints import fingerprint, load_into, load_state_dict_file
 
+# rlcap's own architectures (the world CLIP) join open_clip's registry, so they load by name
+# through the same path as any open_clip model.
+MODEL_CONFIG_DIR = Path(__file__).with_name("model_configs")
+if not {p.stem for p in MODEL_CONFIG_DIR.glob("*.json")} <= set(open_clip.list_models()):
+    open_clip.add_model_config(MODEL_CONFIG_DIR)
+
 
 @dataclass
 class LoadedClip:

@@ -28,6 +28,9 @@ class MetricContext:
     scenes: str | None = None
     tokenizer: str = "python"  # or "java" (pycocoevalcap's PTBTokenizer)
     options: dict[str, Any] = field(default_factory=dict)
+    reward_models: dict[str, Any] = field(default_factory=dict)  # key -> RewardModelSpec (CLIP family)
+    device: str = "auto"
+    shared: dict[str, Any] = field(default_factory=dict)  # shared with the reward bank (one ClipFamily)
 
 
 class ScoringData:
@@ -72,9 +75,15 @@ class Metric(Protocol):
 @dataclass(eq=False)  # hashable by identity: one family, one spec
 class MetricSpec:
     names: tuple[str, ...]
-    factory: Callable[[MetricContext], Metric]
+    factory: Callable[..., Metric]  # (context) or, with wants_names, (context, requested names)
     unavailable: Callable[[MetricContext], str | None] = lambda ctx: None
     in_all: bool = True  # part of "all"
+    wants_names: bool = False  # the family computes only the names asked for
+
+    def build(self, context: MetricContext, requested: Sequence[str]) -> Metric:
+        if self.wants_names:
+            return self.factory(context, [n for n in self.names if n in requested])
+        return self.factory(context)
 
 
 _REGISTRY: dict[str, MetricSpec] = {}
@@ -130,7 +139,7 @@ class MetricSuite:
             if reason:
                 self.skipped.update({n: reason for n in spec.names if n in self.names})
             else:
-                self._families.append((spec, spec.factory(self.context)))
+                self._families.append((spec, spec.build(self.context, self.names)))
 
     def score(self, predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]) -> SuiteResult:
         ids = list(predictions)
@@ -167,4 +176,5 @@ def mean_output(name: str, values: np.ndarray) -> MetricOutput:
 
 
 def _load_builtin() -> None:
+    import rewards.clip_rewards
     import rewards.ngram_metrics  # noqa: F401  (registers the n-gram metrics and diagnostics)
