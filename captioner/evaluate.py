@@ -23,11 +23,11 @@ from captioner.data import CaptionDataset, Labels, collate
 from captioner.decoding import beam_search, greedy
 from captioner.errors import DataError
 from captioner.model import Captioner
-from captioner.train_config import TrainConfig
+from captioner.train_config import TrainConfig, metric_context
 from captioner.vocab import Vocab
 from rewards.references import load_references
 from rewards.score import format_table
-from rewards.suite import MetricContext, MetricSuite
+from rewards.suite import MetricSuite
 
 
 def load_captioner(checkpoint: str | Path, overrides: Sequence[str] = ()) -> tuple[Captioner, TrainConfig, Vocab]:
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     captions = decode_dataset(model, dataset, vocab, args.beam, cfg.eval.batch_size, device)
     write_json(args.out, [{"image_id": i, "caption": c} for i, c in sorted(captions.items())])
-    context = MetricContext(cider_df=cfg.data.cider_df, scenes=cfg.data.scenes)
+    context = metric_context(cfg)
     with MetricSuite(args.metrics or cfg.eval.metrics, context) as suite:
         result = suite.score(captions, load_references(cfg.data.refs))
     scores_path = Path(args.out).with_suffix(".scores.json")

@@ -17,11 +17,11 @@ from captioner.atomic import write_json
 from captioner.cli import add_config_args, command
 from captioner.config import load_config
 from captioner.data import Labels
-from captioner.train_config import TrainConfig
+from captioner.train_config import TrainConfig, metric_context
 from features.store import FeatureReader
 from rewards.references import load_references
 from rewards.score import format_table
-from rewards.suite import MetricContext, MetricSuite
+from rewards.suite import MetricSuite
 
 
 def _normalised(x: np.ndarray) -> np.ndarray:
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     captions = retrieve(labels, FeatureReader(cfg.data.feats), refs, args.split)
     if cfg.data.max_val_images and args.split == cfg.data.val_split:
         captions = dict(list(captions.items())[: cfg.data.max_val_images])
-    with MetricSuite(cfg.eval.metrics, MetricContext(cider_df=cfg.data.cider_df, scenes=cfg.data.scenes)) as suite:
+    with MetricSuite(cfg.eval.metrics, metric_context(cfg)) as suite:
         result = suite.score(captions, refs)
     if args.out:
         write_json(args.out, [{"image_id": i, "caption": c} for i, c in captions.items()])

@@ -38,12 +38,12 @@ from captioner.evaluation import caption_loss, decode_split
 from captioner.model import Captioner
 from captioner.run_log import RunLog, markdown_table, read_metrics
 from captioner.scst import check_scst_config, sample_table, scst_scalars, scst_step
-from captioner.train_config import TrainConfig
+from captioner.train_config import TrainConfig, metric_context
 from captioner.vocab import Vocab
 from features.store import FeatureReader
 from rewards.bank import RewardBank, RewardContext
 from rewards.references import load_references
-from rewards.suite import MetricContext, MetricSuite
+from rewards.suite import MetricSuite
 
 
 def mixed_precision(name: str) -> str:
@@ -185,10 +185,12 @@ class Trainer:
         if cfg.scst.init_from and not ckpt:
             init_weights(model, cfg.scst.init_from, self.vocab)
         self.bank = None
+        self.shared: dict = {}  # one CLIP-family model per process, shared by rewards and metrics
         if uses_scst(cfg):
             check_scst_config(cfg.scst)
             self.bank = RewardBank.from_config(cfg.scst.rewards, RewardContext(
-                references=self.refs, cider_df=cfg.data.cider_df, cider_eos=cfg.scst.cider_eos))
+                references=self.refs, cider_df=cfg.data.cider_df, cider_eos=cfg.scst.cider_eos,
+                device=str(self.accelerator.device), reward_models=cfg.reward_models, shared=self.shared))
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
                                       weight_decay=cfg.optim.weight_decay)
         self.steps_per_epoch = self._steps_per_epoch(len(train_loader))
@@ -199,7 +201,7 @@ class Trainer:
         if ckpt:
             self.accelerator.load_state(str(ckpt))
         self.log = RunLog(self.run_dir, self.accelerator.is_main_process)
-        self.suite = MetricSuite(cfg.eval.metrics, MetricContext(cider_df=cfg.data.cider_df, scenes=cfg.data.scenes)) \
+        self.suite = MetricSuite(cfg.eval.metrics, metric_context(cfg, str(self.accelerator.device), self.shared)) \
             if self.accelerator.is_main_process else None
         if self.accelerator.is_main_process:
             dump_config(cfg, self.run_dir / "config.yaml")

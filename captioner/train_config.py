@@ -7,6 +7,8 @@ from typing import Literal
 
 from captioner.model import ModelConfig
 from captioner.scst import ScstConfig
+from rewards.model_spec import RewardModelSpec
+from rewards.suite import MetricContext
 
 
 @dataclass
@@ -82,3 +84,11 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     scst: ScstConfig = field(default_factory=ScstConfig)
+    # CLIP-family reward models by key (clip, lclip, specs), shared by SCST rewards and eval metrics
+    reward_models: dict[str, RewardModelSpec] = field(default_factory=dict)
+
+
+def metric_context(cfg: TrainConfig, device: str = "auto", shared: dict | None = None) -> MetricContext:
+    """The metric suite's context from a training config (paths, reward models, device)."""
+    return MetricContext(cider_df=cfg.data.cider_df, scenes=cfg.data.scenes, reward_models=cfg.reward_models,
+                         device=device, shared={} if shared is None else shared)

@@ -66,9 +66,10 @@ def load_into(model: torch.nn.Module, state: Mapping[str, torch.Tensor], source:
         raise DataError(f"{source}: checkpoint does not match the model: {exc}") from None
 
 
-def fingerprint(model: torch.nn.Module) -> str:
-    """A short hash of every parameter and buffer: equal weights, equal fingerprint."""
-    digest = hashlib.sha256()
+def fingerprint(model: torch.nn.Module, architecture: str = "") -> str:
+    """A short hash of every parameter and buffer (and of `architecture`, for settings such as head
+    counts that the weights alone do not fix): equal weights and settings, equal fingerprint."""
+    digest = hashlib.sha256(architecture.encode())
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
         digest.update(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())

@@ -12,8 +12,7 @@ fingerprint of the weights (embeds files are checked against it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from open_clip.transform import image_transform
@@ -23,21 +22,8 @@ from rewards.checkpoints import fingerprint
 from rewards.clip_tokens import ClipTokenizer
 from rewards.lclip import load_lclip
 from rewards.longclip import LONG_CONTEXT, load_longclip
+from rewards.model_spec import RewardModelSpec
 from rewards.open_clip_models import load_open_clip
-
-
-@dataclass
-class RewardModelSpec:
-    kind: Literal["open_clip", "longclip", "lclip"] = "open_clip"
-    arch: str = "ViT-B-32"  # open_clip architecture (kind open_clip)
-    weights: str | None = None  # weights file; for open_clip also a hub tag; None = random init (tests)
-    embeds: str = ""  # embeds/<key>.h5 with this model's image embeddings (features.extract)
-    context_length: int | None = None  # expected text positions; a checkpoint with others is an error
-    precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"  # auto: fp16 on GPU, fp32 on CPU
-    token_budget: int = 8192  # tokens per text micro-batch (rows × trimmed length)
-    cache_size: int = 100_000  # LRU entries for reference and noun embeddings
-    heads: int = 0  # lclip: attention heads per tower (0 = width // 64)
-    repeats: int = 2  # lclip: runs of each shared block
 
 
 class RewardModel:
@@ -45,7 +31,8 @@ class RewardModel:
 
     def __init__(self, name: str, module: torch.nn.Module, context_length: int,
                  text_forward: Callable[[torch.Tensor], torch.Tensor],
-                 image_forward: Callable[[torch.Tensor], torch.Tensor], preprocess: Callable, trims: bool = True):
+                 image_forward: Callable[[torch.Tensor], torch.Tensor], preprocess: Callable, trims: bool = True,
+                 architecture: str = ""):
         self.name = name
         self.module = module.eval()
         self.context_length = context_length
@@ -53,7 +40,7 @@ class RewardModel:
         self._text, self._image = text_forward, image_forward
         self.preprocess = preprocess
         self.trims = trims  # False: the text tower needs full-context input (non-causal towers)
-        self.fingerprint = fingerprint(module)
+        self.fingerprint = fingerprint(module, architecture)
 
     @property
     def device(self) -> torch.device:
@@ -126,7 +113,7 @@ def _from_lclip(spec: RewardModelSpec) -> RewardModel:
     model = load_lclip(spec.weights, spec.heads, spec.heads, spec.repeats, spec.context_length)
     preprocess = image_transform(model.config.image_size, is_train=False)
     return RewardModel("lclip", model, model.config.context_length, model.encode_text, model.encode_image,
-                       preprocess)
+                       preprocess, architecture=repr(model.config))
 
 
 def _check_context(spec: RewardModelSpec, actual: int, source: str) -> None:

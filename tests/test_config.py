@@ -77,9 +77,11 @@ def test_every_shipped_config_loads():
     from captioner.train_config import TrainConfig
     from captioner.world.generate import WorldConfig
     from features.extract import ExtractConfig
+    from rewards.train_clip import TrainClipConfig
 
-    kinds = {"world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig, "features_patches.yaml": ExtractConfig}
-    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
-    assert len(configs) >= 7
+    kinds = {"world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig, "features_patches.yaml": ExtractConfig,
+             "world_clip.yaml": TrainClipConfig}
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
+    assert len(configs) >= 9
     for path in configs:
         load_config(kinds.get(path.name, TrainConfig), path)

@@ -1,0 +1,114 @@
+"""The reward-model factory: each real checkpoint layout, built tiny, saved, loaded back by path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from open_clip.tokenizer import SimpleTokenizer
+
+from captioner.errors import ConfigError, DataError
+from rewards.lclip import LClip
+from rewards.longclip import LONG_CONTEXT, stretch_positions
+from rewards.model_spec import RewardModelSpec
+from rewards.reward_models import load_reward_model
+from tests.clip_fixtures import (
+    TINY_ARCH,
+    TINY_LCLIP,
+    clip_state,
+    save_lclip,
+    save_longclip,
+    save_open_clip,
+)
+
+TEXTS = ["a red circle", "", "two small blue squares left of a big green triangle on a grey background " * 6,
+         "word " * 1000, "Ünïcödé — “quotes” & émoji 🙂"]
+
+
+def _trimmed_equals_full(model, full_forward, context: int) -> None:
+    ids = model.tokenizer.ids(TEXTS)
+    trimmed = F.normalize(model.encode_tokens(model.tokenizer.padded(ids)), dim=-1)
+    full = F.normalize(full_forward(model.tokenizer.padded(ids, context)), dim=-1)
+    assert (trimmed - full).abs().max() < 1e-5
+
+
+def test_open_clip_file_tokens_and_trimmed_forward(tmp_path):
+    weights = save_open_clip(tmp_path / "clip.safetensors")
+    model = load_reward_model(RewardModelSpec(arch=TINY_ARCH, weights=str(weights)))
+    assert torch.equal(model.tokenizer(TEXTS), SimpleTokenizer(context_length=77)(TEXTS))
+    assert model.tokenizer.truncated == 2  # the long repeated caption and the 1,000-word one
+    ids = model.tokenizer.ids(TEXTS)
+    assert max(map(len, ids)) == 77 and ids[3][-1] == model.tokenizer.eot
+    _trimmed_equals_full(model, model.module.encode_text, 77)
+
+
+def test_stretch_follows_the_longclip_loop():
+    table = torch.randn(77, 6, dtype=torch.float64)
+    keep, expected = 20, torch.zeros(248, 6, dtype=torch.float64)
+    expected[:keep] = table[:keep]
+    for i in range(77 - 1 - keep):  # LongCLIP's load_from_clip, written out
+        a, b = table[i + keep], table[i + 1 + keep]
+        expected[4 * i + keep: 4 * i + keep + 4] = torch.stack([a, 3 * a / 4 + b / 4, a / 2 + b / 2, a / 4 + 3 * b / 4])
+    step = table[-1] - table[-2]
+    expected[-4:] = torch.stack([table[-1] + j * step / 4 for j in range(4)])
+    assert torch.allclose(stretch_positions(table), expected, atol=1e-12)
+
+
+def test_longclip_checkpoint_effective_positions_and_248_context(tmp_path):
+    path = save_longclip(tmp_path / "spec.pt")
+    raw = torch.load(path, weights_only=True)
+    model = load_reward_model(RewardModelSpec(kind="longclip", weights=str(path)))
+    assert model.context_length == LONG_CONTEXT == 248
+    effective = torch.cat([raw["positional_embedding"][:20], raw["positional_embedding_res"][20:]])
+    assert torch.equal(model.module.positional_embedding.detach(), effective)
+    ids = model.tokenizer.ids(TEXTS)
+    assert 77 < len(ids[2]) < 248 and len(ids[3]) == 248  # long captions keep 248 tokens, not 77
+    _trimmed_equals_full(model, model.module.encode_text, 248)
+
+
+def test_lclip_lightning_checkpoint_loads_the_student(tmp_path):
+    path, original = save_lclip(tmp_path / "lclip.ckpt")
+    model = load_reward_model(RewardModelSpec(kind="lclip", weights=str(path)))
+    assert isinstance(model.module, LClip) and model.module.config == TINY_LCLIP
+    other_heads = load_reward_model(RewardModelSpec(kind="lclip", weights=str(path), heads=4))
+    assert other_heads.fingerprint != model.fingerprint  # embeds files made with other heads are refused
+    images = torch.randn(3, 3, 32, 32)
+    assert torch.allclose(model.encode_image(images), original.encode_image(images), atol=1e-6)
+    _trimmed_equals_full(model, original.encode_text, 77)
+    # the factorised embedding and the multiplexed norms are really in the layout
+    keys = set(model.module.state_dict())
+    assert {"text_encoder.token_embedding.weight", "text_encoder.token_projection.weight",
+            "image_encoder.blocks.1.norm1.instances.1.weight"} <= keys
+    assert model.module.text_encoder.token_embedding.weight.shape == (49408, 16)
+
+
+def test_bad_checkpoints_name_the_keys(tmp_path):
+    state = clip_state(0)
+    torch.save({**state, "surprise.weight": torch.zeros(1)}, tmp_path / "extra.pt")
+    with pytest.raises(DataError, match=r"unexpected keys surprise\.weight"):
+        load_reward_model(RewardModelSpec(arch=TINY_ARCH, weights=str(tmp_path / "extra.pt")))
+    torch.save({k: v for k, v in state.items() if k != "ln_final.bias"}, tmp_path / "missing.pt")
+    with pytest.raises(DataError, match=r"missing keys ln_final\.bias"):
+        load_reward_model(RewardModelSpec(arch=TINY_ARCH, weights=str(tmp_path / "missing.pt")))
+    save_open_clip(tmp_path / "ok.safetensors")
+    with pytest.raises(ConfigError, match="77 text positions.*context_length 100"):
+        load_reward_model(RewardModelSpec(arch=TINY_ARCH, weights=str(tmp_path / "ok.safetensors"), context_length=100))
+    torch.save(state, tmp_path / "no_res.pt")
+    with pytest.raises(DataError, match="positional_embedding_res"):
+        load_reward_model(RewardModelSpec(kind="longclip", weights=str(tmp_path / "no_res.pt")))
+    longclip = save_longclip(tmp_path / "spec.pt")
+    with pytest.raises(ConfigError, match="248 text positions.*context_length 77"):
+        load_reward_model(RewardModelSpec(kind="longclip", weights=str(longclip), context_length=77))
+    broken = torch.load(longclip, weights_only=True)
+    del broken["transformer.resblocks.0.ln_1.weight"]
+    torch.save(broken, tmp_path / "broken_spec.pt")
+    with pytest.raises(DataError, match=r"transformer\.resblocks\.0\.ln_1\.weight"):
+        load_reward_model(RewardModelSpec(kind="longclip", weights=str(tmp_path / "broken_spec.pt")))
+    lclip, _ = save_lclip(tmp_path / "lclip.ckpt")
+    ckpt = torch.load(lclip, weights_only=True)
+    del ckpt["state_dict"]["student.text_encoder.ln_final.weight"]
+    torch.save(ckpt, tmp_path / "lclip_missing.ckpt")
+    with pytest.raises(DataError, match=r"missing keys text_encoder\.ln_final\.weight"):
+        load_reward_model(RewardModelSpec(kind="lclip", weights=str(tmp_path / "lclip_missing.ckpt"), heads=2))
+    with pytest.raises(ConfigError, match="unknown reward model kind"):
+        load_reward_model(RewardModelSpec(kind="blip"))  # type: ignore[arg-type]

@@ -1,0 +1,68 @@
+"""The world CLIP: trained offline, loaded back through the user path, then used as an SCST reward."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from captioner import train as train_cli
+from rewards import train_clip
+from rewards.open_clip_models import load_open_clip
+from tests.captioner_fixtures import prepare_tiny_data, tiny_config
+from tests.clip_fixtures import TINY_ARCH, write_embeds
+
+
+@pytest.fixture(scope="module")
+def world_clip(tiny_world, tmp_path_factory):
+    out = tmp_path_factory.mktemp("world_clip") / "world_clip.safetensors"
+    code = train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(out), "--epochs", "2", "--set", "batch_size=16", "--set", "workers=0"])
+    assert code == 0
+    return out
+
+
+def test_world_clip_trains_reports_recall_and_loads_by_path(world_clip):
+    summary = json.loads(world_clip.with_suffix(".json").read_text())
+    val = summary["val"]
+    assert val["val_short_chance"] == pytest.approx(1 / 12)
+    assert 0 <= val["val_short_i2t_r1"] <= 1 and 0 <= val["val_long_t2i_r1"] <= 1
+    lines = world_clip.with_suffix(".metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+    assert not world_clip.with_suffix(".state.pt").exists()
+    loaded = load_open_clip(TINY_ARCH, str(world_clip))
+    assert loaded.source == str(world_clip)
+    from safetensors.torch import load_file
+
+    saved = load_file(str(world_clip))
+    assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in saved.items())
+
+
+def test_train_clip_bad_input(tiny_world, tmp_path):
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(tmp_path / "x.pt")]) == 2
+    assert train_clip.main(["--dataset", str(tmp_path / "none.json"), "--images-root", str(tiny_world),
+                            "--out", str(tmp_path / "x.safetensors")]) == 2
+
+
+def test_scst_with_clip_s_alone_end_to_end(tiny_world, world_clip, tmp_path):
+    data = prepare_tiny_data(tiny_world, tmp_path)
+    embeds = write_embeds(tiny_world, f"open_clip:{TINY_ARCH}", world_clip, tmp_path / "embeds" / "clip.h5")
+    reward_models = {"clip": {"arch": TINY_ARCH, "weights": str(world_clip), "embeds": str(embeds)}}
+    xe = tiny_config(data, tmp_path, name="xe", train={"epochs": 1})
+    assert train_cli.main(["--config", str(xe), "--no-progress"]) == 0
+    scst = tiny_config(data, tmp_path, name="scst_clip", train={"epochs": 1, "stage": "scst", "log_every": 1},
+                       optim={"lr": 1e-4, "warmup_steps": 0},
+                       scst={"rewards": {"clip_s": 1.0}, "k": 3, "init_from": str(tmp_path / "xe" / "checkpoints" / "last")},
+                       eval={"metrics": ["cider", "clip_s", "ref_clip_s"], "select_by": "clip_s"},
+                       reward_models=reward_models)
+    assert train_cli.main(["--config", str(scst), "--no-progress"]) == 0
+    record = json.loads((tmp_path / "scst_clip" / "metrics.jsonl").read_text().splitlines()[0])
+    assert record["stage"] == "scst" and 0 <= record["clip_s"] <= 2.5 and "ref_clip_s" in record
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "scst_clip" / "tensorboard")).Reload()
+    assert "train/reward/clip_s/mean" in set(events.Tags()["scalars"])
+    # a CLIP reward without its model is a config error naming the missing section
+    assert train_cli.main(["--config", str(scst), "--set", "reward_models={}"]) == 2
