@@ -129,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--arch", default="ViT-B-32", help="clip: open_clip architecture")
     parser.add_argument("--weights", help="clip: weights file or hub tag (default: random init)")
     parser.add_argument("--device", default="auto", help="clip: auto (GPU when present), cpu or cuda")
+    parser.add_argument("--terms", default="clip_s,ref_clip_s,f_clip_s", help="clip: the terms scored together")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "auto", "fp16", "bf16"],
+                        help="clip: our scorer's precision (fp32 makes max_abs_diff a parity check)")
     args = parser.parse_args(argv)
     if args.which == "clip":
         return _main_clip(args)
@@ -150,12 +153,14 @@ def _main_clip(args: argparse.Namespace) -> int:
         data = json.loads(Path(args.data).read_text())
     except FileNotFoundError:
         raise DataError(f"{args.data}: benchmark data not found") from None
-    row = bench_clip(data, args.arch, args.weights, args.device, args.repeats)
-    nouns = bench_nouns(data)
+    terms = tuple(t.strip() for t in args.terms.split(",") if t.strip())
+    row = bench_clip(data, args.arch, args.weights, args.device, args.repeats, terms=terms, precision=args.precision)
+    nouns = bench_nouns(data) if "f_clip_s" in terms else {"nouns_per_s": None}
     print(f"clip family ({', '.join(row['terms'])}; {row['captions']} captions, {row['arch']} on {row['device']}): "
           f"ours {row['ours_s'] * 1e3:.1f} ms (warm {row['ours_warm_s'] * 1e3:.1f} ms)   naive "
           f"{row['naive_s'] * 1e3:.1f} ms   x{row['ratio']:.1f}   max|diff| {row['max_abs_diff']:.2e}")
-    print(f"nouns: {nouns['nouns_per_s']:.0f} nouns/s ({nouns['captions_per_s']:.0f} captions/s)")
+    if nouns["nouns_per_s"] is not None:
+        print(f"nouns: {nouns['nouns_per_s']:.0f} nouns/s ({nouns['captions_per_s']:.0f} captions/s)")
     print(json.dumps({"bench": "clip", **row, "nouns_per_s": nouns["nouns_per_s"], "nouns": nouns}))
     return 0
 

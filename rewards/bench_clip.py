@@ -54,11 +54,20 @@ class NaiveScorer:
         return F.normalize(self.model.encode_image(pixels.to(self.device)), dim=-1)
 
     @torch.no_grad()
-    def __call__(self, pixels: torch.Tensor, captions: list[str], refs: list[list[str]]) -> dict[str, torch.Tensor]:
-        prefixed = [CLIP_S_PREFIX + c for c in captions]
-        image = self._image(pixels)  # clip_s
-        clip_s = 2.5 * F.cosine_similarity(image, self._text(prefixed)).clamp(min=0)
-        image, text = self._image(pixels), self._text(prefixed)  # ref_clip_s: its own call
+    def __call__(self, pixels: torch.Tensor, captions: list[str], refs: list[list[str]],
+                 terms: tuple[str, ...] = TERMS) -> dict[str, torch.Tensor]:
+        out = {}
+        for term in terms:
+            out.update(getattr(self, term)(pixels, captions, refs))
+        return out
+
+    def clip_s(self, pixels: torch.Tensor, captions: list[str], refs: list[list[str]]) -> dict[str, torch.Tensor]:
+        image = self._image(pixels)
+        text = self._text([CLIP_S_PREFIX + c for c in captions])
+        return {"clip_s": (2.5 * F.cosine_similarity(image, text).clamp(min=0)).cpu()}
+
+    def ref_clip_s(self, pixels: torch.Tensor, captions: list[str], refs: list[list[str]]) -> dict[str, torch.Tensor]:
+        image, text = self._image(pixels), self._text([CLIP_S_PREFIX + c for c in captions])
         ref_text = self._text([CLIP_S_PREFIX + r for rs in refs for r in rs])
         ref_clip_s, start = [], 0
         for row, rs in enumerate(refs):
@@ -66,7 +75,10 @@ class NaiveScorer:
             start += len(rs)
             score = 2.5 * max(float(F.cosine_similarity(image[row:row + 1], text[row:row + 1])), 0.0)
             ref_clip_s.append(0.0 if score + best == 0 else 2 * score * best / (score + best))
-        image, sentence = self._image(pixels), self._text(captions)  # f_clip_s: its own call
+        return {"ref_clip_s": torch.tensor(ref_clip_s)}
+
+    def f_clip_s(self, pixels: torch.Tensor, captions: list[str], refs: list[list[str]]) -> dict[str, torch.Tensor]:
+        image, sentence = self._image(pixels), self._text(captions)
         nouns = [[t.text for t in doc if t.pos_ == "NOUN"] for doc in NounParser().nlp.pipe(captions)]
         f_clip_s = []
         for row, words in enumerate(nouns):
@@ -75,14 +87,14 @@ class NaiveScorer:
                 sims = F.cosine_similarity(image[row:row + 1], self._text(words))
                 total += float((2.5 * sims.clamp(min=0)).sum())
             f_clip_s.append(total / (len(words) + 1))
-        return {"clip_s": clip_s.cpu(), "ref_clip_s": torch.tensor(ref_clip_s), "f_clip_s": torch.tensor(f_clip_s)}
+        return {"f_clip_s": torch.tensor(f_clip_s)}
 
 
 def bench_clip(data: list[dict], arch: str, weights: str | None, device: str, repeats: int, images: int = 50,
-               k: int = 5, seed: int = 0) -> dict:
+               k: int = 5, seed: int = 0, terms: tuple[str, ...] = TERMS, precision: str = "fp32") -> dict:
     image_ids, captions, refs = scst_batch(data, images, k, seed)
     with tempfile.TemporaryDirectory() as tmp:
-        family, pixels = _our_family(arch, weights, device, image_ids, Path(tmp), seed)
+        family, pixels = _our_family(arch, weights, device, image_ids, Path(tmp), seed, terms, precision)
         scorer = family.scorers["clip"]
         rows = torch.tensor([list(dict.fromkeys(image_ids)).index(i) for i in image_ids])
 
@@ -95,20 +107,22 @@ def bench_clip(data: list[dict], arch: str, weights: str | None, device: str, re
             return family.scores(captions, image_ids, refs)
 
         naive = NaiveScorer(scorer.model.module, scorer.model.context_length)
-        naive_s, ref = median_seconds(lambda: naive(pixels[rows], captions, refs), max(1, repeats // 2))
+        naive_s, ref = median_seconds(lambda: naive(pixels[rows], captions, refs, terms), max(1, repeats // 2))
         cold_s, ours = median_seconds(ours_cold, repeats)
         warm_s, _ = median_seconds(ours_warm, repeats)
-    diff = max(float((ours[t] - ref[t]).abs().max()) for t in TERMS)
-    return {"arch": arch, "device": str(scorer.device), "captions": len(captions), "terms": list(TERMS),
+    diff = max(float((ours[t] - ref[t]).abs().max()) for t in terms)
+    return {"arch": arch, "device": str(scorer.device), "precision": str(scorer.autocast_dtype or "fp32"),
+            "captions": len(captions), "terms": list(terms),
             "ours_s": round(cold_s, 5), "ours_warm_s": round(warm_s, 5), "naive_s": round(naive_s, 5),
             "ours_texts_per_s": round(len(captions) / cold_s, 1), "naive_texts_per_s": round(len(captions) / naive_s, 1),
             "ratio": round(naive_s / cold_s, 2), "ratio_warm": round(naive_s / warm_s, 2), "max_abs_diff": diff}
 
 
-def _our_family(arch: str, weights: str | None, device: str, image_ids: list[int], tmp: Path, seed: int):
+def _our_family(arch: str, weights: str | None, device: str, image_ids: list[int], tmp: Path, seed: int,
+                terms: tuple[str, ...], precision: str):
     """A ClipFamily with all three terms, its embeds file written from random pixels first."""
     spec = RewardModelSpec(kind="open_clip", arch=arch, weights=weights, embeds=str(tmp / "clip.h5"),
-                           precision="fp32")
+                           precision=precision)
     model = load_reward_model(spec, pick_device(device))
     if weights is None:  # random init: save it, so the scorer loads the very same weights by path
         from safetensors.torch import save_file
@@ -127,7 +141,7 @@ def _our_family(arch: str, weights: str | None, device: str, image_ids: list[int
     writer.finish()
     writer.close()
     family = ClipFamily({"clip": spec}, device)
-    for term in TERMS:
+    for term in terms:
         family.activate(term)
     return family, pixels
 

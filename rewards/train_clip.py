@@ -60,6 +60,11 @@ class TrainClipConfig:
 
 def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     _validate(cfg)
+    summary_path = Path(cfg.out).with_suffix(".json")
+    if Path(cfg.out).exists() and summary_path.exists():
+        if progress:
+            print(f"{cfg.out} is already trained ({summary_path}); nothing to do")
+        return json.loads(summary_path.read_text())
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
     loaded = load_open_clip(cfg.arch, cfg.init)
@@ -109,7 +114,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         _save_state(state_path, model, optimizer, scheduler, generator, epoch + 1)
     _save_weights(model, cfg.out)
     summary = {"out": cfg.out, "arch": cfg.arch, "val": metrics, "truncated_captions": tokenizer.truncated}
-    write_json(Path(cfg.out).with_suffix(".json"), {"config": asdict(cfg), **summary}, indent=2)
+    write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     state_path.unlink(missing_ok=True)
     return summary
 
