@@ -121,13 +121,16 @@ def bench_tokenizer(path: str | Path) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rewards.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["ngram", "clip"],
+    parser.add_argument("which", choices=["ngram", "clip", "lclip"],
                         help="ngram: BLEU/ROUGE-L/CIDEr and the SCST CIDEr-D reward; "
-                        "clip: the batched CLIP-family scorer against a naive one, and the noun parser")
+                        "clip: the batched CLIP-family scorer against a naive one, and the noun parser; "
+                        "lclip: parameters and encode throughput of a teacher CLIP and its L-CLIP student")
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="coco_val_1k.json-style file")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--arch", default="ViT-B-32", help="clip: open_clip architecture")
-    parser.add_argument("--weights", help="clip: weights file or hub tag (default: random init)")
+    parser.add_argument("--arch", help="clip: open_clip architecture (default ViT-B-32); lclip: the teacher's "
+                        "(default world-clip-tiny)")
+    parser.add_argument("--weights", help="clip/lclip: (teacher) weights file or hub tag (default: random init)")
+    parser.add_argument("--student", help="lclip: the student checkpoint (default: an untrained default student)")
     parser.add_argument("--device", default="auto", help="clip: auto (GPU when present), cpu or cuda")
     parser.add_argument("--terms", default="clip_s,ref_clip_s,f_clip_s", help="clip: the terms scored together")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "auto", "fp16", "bf16"],
@@ -135,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.which == "clip":
         return _main_clip(args)
+    if args.which == "lclip":
+        return _main_lclip(args)
     gts, res = load_coco_1k(args.data)
     result = {"bench": "ngram", "images": len(gts), **bench_corpus_metrics(gts, res, args.repeats),
               "scst_cider_d": bench_scst_cider_d(gts, max(args.repeats, 9)), "ptb_tokenizer": bench_tokenizer(args.data)}
@@ -154,7 +159,7 @@ def _main_clip(args: argparse.Namespace) -> int:
     except FileNotFoundError:
         raise DataError(f"{args.data}: benchmark data not found") from None
     terms = tuple(t.strip() for t in args.terms.split(",") if t.strip())
-    row = bench_clip(data, args.arch, args.weights, args.device, args.repeats, terms=terms, precision=args.precision)
+    row = bench_clip(data, args.arch or "ViT-B-32", args.weights, args.device, args.repeats, terms=terms, precision=args.precision)
     nouns = bench_nouns(data) if "f_clip_s" in terms else {"nouns_per_s": None}
     print(f"clip family ({', '.join(row['terms'])}; {row['captions']} captions, {row['arch']} on {row['device']}): "
           f"ours {row['ours_s'] * 1e3:.1f} ms (warm {row['ours_warm_s'] * 1e3:.1f} ms)   naive "
@@ -162,6 +167,17 @@ def _main_clip(args: argparse.Namespace) -> int:
     if nouns["nouns_per_s"] is not None:
         print(f"nouns: {nouns['nouns_per_s']:.0f} nouns/s ({nouns['captions_per_s']:.0f} captions/s)")
     print(json.dumps({"bench": "clip", **row, "nouns_per_s": nouns["nouns_per_s"], "nouns": nouns}))
+    return 0
+
+
+def _main_lclip(args: argparse.Namespace) -> int:
+    from rewards.bench_clip import bench_lclip
+
+    row = bench_lclip(args.arch or "world-clip-tiny", args.weights, args.student, args.repeats)
+    print(f"teacher {row['teacher_params'] / 1e6:.2f}M params, {row['teacher_pairs_per_s']:.0f} pairs/s; "
+          f"student {row['student_params'] / 1e6:.2f}M ({row['param_ratio']:.0%}), {row['student_pairs_per_s']:.0f} "
+          f"pairs/s; speedup x{row['speedup']:.2f}")
+    print(json.dumps({"bench": "lclip", **row}))
     return 0
 
 

@@ -158,3 +158,38 @@ def bench_nouns(data: list[dict]) -> dict:
     count = sum(len(n) for n in nouns)
     return {"captions": len(texts), "nouns": count, "seconds": round(seconds, 3),
             "nouns_per_s": round(count / seconds, 1), "captions_per_s": round(len(texts) / seconds, 1)}
+
+
+def bench_lclip(teacher_arch: str, teacher_weights: str | None, student_path: str | None, repeats: int,
+                batch: int = 128, seed: int = 0) -> dict:
+    """Parameters and image+text encode throughput of a teacher CLIP and its L-CLIP student."""
+    from rewards.distill_lclip import DistillConfig, student_config
+    from rewards.lclip import LClip, load_lclip
+    from rewards.open_clip_models import load_open_clip
+    from rewards.reward_models import clip_text_forward
+
+    torch.manual_seed(seed)
+    teacher = load_open_clip(teacher_arch, teacher_weights).model.eval()
+    student = load_lclip(student_path) if student_path else LClip(student_config(teacher, DistillConfig())).eval()
+    size = student.config.image_size
+    images = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
+    from rewards.clip_tokens import ClipTokenizer
+
+    tokenizer = ClipTokenizer(student.config.context_length)
+    texts = [f"a small red circle above {k} big blue squares on a grey background" for k in range(batch)]
+    tokens = tokenizer.padded(tokenizer.ids(texts))
+    teacher_text = clip_text_forward(teacher)
+
+    def run(encode_image, encode_text):
+        with torch.no_grad():
+            return encode_image(images), encode_text(tokens)
+
+    teacher_s, _ = median_seconds(lambda: run(teacher.encode_image, teacher_text), repeats)
+    student_s, _ = median_seconds(lambda: run(student.encode_image, student.encode_text), repeats)
+    teacher_params = sum(p.numel() for p in teacher.parameters())
+    student_params = sum(p.numel() for p in student.parameters())
+    return {"teacher": teacher_arch, "student": student_path or "untrained L-CLIP of the default config",
+            "batch": batch, "teacher_params": teacher_params, "student_params": student_params,
+            "param_ratio": round(student_params / teacher_params, 4),
+            "teacher_pairs_per_s": round(batch / teacher_s, 1), "student_pairs_per_s": round(batch / student_s, 1),
+            "speedup": round(teacher_s / student_s, 2)}

@@ -55,21 +55,33 @@ def effective_positions(state: dict[str, torch.Tensor], source: str | Path) -> t
 
 def load_longclip(path: str | Path, context_length: int | None = LONG_CONTEXT) -> CLIP:
     """Build an fp32 open_clip CLIP from a LongCLIP/SPECS state dict file."""
-    state = load_state_dict_file(path)
+    return longclip_from_state(load_state_dict_file(path), path, context_length)
+
+
+def longclip_from_state(state: dict[str, torch.Tensor], source: str | Path = "<memory>",
+                        context_length: int | None = LONG_CONTEXT) -> CLIP:
     if "positional_embedding" not in state:
-        raise DataError(f"{path}: checkpoint does not match a CLIP text tower: missing keys positional_embedding")
-    positions = effective_positions(state, path)
+        raise DataError(f"{source}: checkpoint does not match a CLIP text tower: missing keys positional_embedding")
+    positions = effective_positions(state, source)
     if context_length is not None and positions.shape[0] != context_length:
-        raise ConfigError(f"{path}: checkpoint has {positions.shape[0]} text positions, the config expects "
+        raise ConfigError(f"{source}: checkpoint has {positions.shape[0]} text positions, the config expects "
                           f"context_length {context_length}")
     state = {k: v for k, v in state.items() if k != RESIDUAL_KEY and k not in JIT_ONLY_KEYS}
     state["positional_embedding"] = positions
     try:
         model = build_model_from_openai_state_dict(dict(state))
     except KeyError as exc:
-        raise DataError(f"{path}: checkpoint does not match an OpenAI-CLIP layout: missing keys {exc}") from None
+        raise DataError(f"{source}: checkpoint does not match an OpenAI-CLIP layout: missing keys {exc}") from None
     except RuntimeError as exc:  # torch's strict-load message lists missing and unexpected keys
-        raise DataError(f"{path}: checkpoint does not match an OpenAI-CLIP layout: {str(exc)[:1500]}") from None
+        raise DataError(f"{source}: checkpoint does not match an OpenAI-CLIP layout: {str(exc)[:1500]}") from None
     model = model.float()  # open_clip casts to fp16 before loading; reload at full precision
-    load_into(model, state, path)
+    load_into(model, state, source)
     return model.eval()
+
+
+def longclip_state(model: CLIP) -> dict[str, torch.Tensor]:
+    """The SPECS/LongCLIP file layout of a model trained with one position table: both tables
+    hold it, so cat(pe[:20], pe_res[20:]) gives it back."""
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    state[RESIDUAL_KEY] = state["positional_embedding"].clone()
+    return state

