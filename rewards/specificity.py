@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -55,16 +55,43 @@ def shuffle_tokens(unit: str, rng: random.Random) -> str:
     return " ".join(words)
 
 
-def negative_unit(units: Sequence[Sequence[str]], row: int, rng: random.Random, shuffle_ratio: float) -> str:
-    """A unit from another row's caption, token-shuffled with probability `shuffle_ratio`."""
+NegativeFilter = Callable[[str, int], bool]  # (unit, row) -> may this unit be a negative for this row?
+MAX_DRAWS = 50
+
+
+def negative_unit(units: Sequence[Sequence[str]], row: int, rng: random.Random, shuffle_ratio: float,
+                  allowed: NegativeFilter | None = None) -> str:
+    """A unit from another row's caption that is not one of this row's own units (and passes
+    `allowed`, e.g. names an object absent from the image), token-shuffled with probability
+    `shuffle_ratio`. Falls back to any other row's unit when no draw passes."""
     if len(units) < 2:
         raise DataError("negative detail units need at least two captions in the batch")
-    other = rng.choice([k for k in range(len(units)) if k != row])
-    unit = rng.choice(list(units[other]))
+    own = {u.strip().lower() for u in units[row]}
+    others = [k for k in range(len(units)) if k != row]
+    unit = rng.choice(list(units[rng.choice(others)]))
+    for _ in range(MAX_DRAWS):
+        if unit.strip().lower() not in own and (allowed is None or allowed(unit, row)):
+            break
+        unit = rng.choice(list(units[rng.choice(others)]))
     return shuffle_tokens(unit, rng) if rng.random() < shuffle_ratio else unit
 
 
-def sample_triplets(units: Sequence[Sequence[str]], rng: random.Random, shuffle_ratio: float = 0.9) -> Triplets:
+def scene_negative_filter(scenes: Mapping[int, object], image_ids: Sequence[int]) -> NegativeFilter:
+    """Offline world: a negative must name an object (color and shape) the row's scene lacks, so
+    it is false by construction (random units of this world are often true of other images)."""
+    from captioner.world.parse import parse_caption
+
+    def allowed(unit: str, row: int) -> bool:
+        scene = scenes[int(image_ids[row])]
+        present = {(o.color, o.shape) for o in scene.objects}
+        named = [(m.color, m.shape) for m in parse_caption(unit).mentions if m.color]
+        return bool(named) and all(n not in present for n in named)
+
+    return allowed
+
+
+def sample_triplets(units: Sequence[Sequence[str]], rng: random.Random, shuffle_ratio: float = 0.9,
+                    allowed: NegativeFilter | None = None) -> Triplets:
     """One positive and one negative triplet per row at a random prefix length (training)."""
     out = Triplets([], [], [], [])
     for row, caption_units in enumerate(units):
@@ -75,11 +102,11 @@ def sample_triplets(units: Sequence[Sequence[str]], rng: random.Random, shuffle_
         out.rows.append(row)
         out.base.append(base)
         out.positive.append(join_units(caption_units[: j + 1]))
-        out.negative.append(f"{base} {negative_unit(units, row, rng, shuffle_ratio)}")
+        out.negative.append(f"{base} {negative_unit(units, row, rng, shuffle_ratio, allowed)}")
     return out
 
 
-def all_triplets(units: Sequence[Sequence[str]], seed: int = 0) -> Triplets:
+def all_triplets(units: Sequence[Sequence[str]], seed: int = 0, allowed: NegativeFilter | None = None) -> Triplets:
     """Every prefix of every caption, each with a positive and an unshuffled negative (evaluation)."""
     rng = random.Random(seed)
     out = Triplets([], [], [], [])
@@ -89,7 +116,7 @@ def all_triplets(units: Sequence[Sequence[str]], seed: int = 0) -> Triplets:
             out.rows.append(row)
             out.base.append(base)
             out.positive.append(join_units(caption_units[: j + 1]))
-            out.negative.append(f"{base} {negative_unit(units, row, rng, 0.0)}")
+            out.negative.append(f"{base} {negative_unit(units, row, rng, 0.0, allowed)}")
     return out
 
 
@@ -117,7 +144,8 @@ def specificity_rates(image: torch.Tensor, triplets: Triplets, texts: dict[str, 
 
 @torch.no_grad()
 def evaluate_specificity(model: RewardModel, dataset: str, images_root: str, split: str = "val", limit: int = 0,
-                         seed: int = 0, workers: int = 2, progress: bool = False) -> dict[str, float]:
+                         seed: int = 0, workers: int = 2, progress: bool = False,
+                         scenes: str | None = None) -> dict[str, float]:
     entries = [e for e in load_dataset(dataset) if e.split == split]
     units = [detail_units_of(e) for e in entries]
     if not any(units):
@@ -127,7 +155,12 @@ def evaluate_specificity(model: RewardModel, dataset: str, images_root: str, spl
     by_id = {e.image_id: u for e, u in zip(entries, units, strict=True)}
     keep = [k for k, image_id in enumerate(data.image_ids) if by_id[image_id]]
     first_units = [by_id[data.image_ids[k]][0] for k in keep]
-    triplets = all_triplets(first_units, seed)
+    allowed = None
+    if scenes:
+        from rewards.diagnostics import load_scenes
+
+        allowed = scene_negative_filter(load_scenes(scenes), [data.image_ids[k] for k in keep])
+    triplets = all_triplets(first_units, seed, allowed)
     scorer = EmbeddingScorer(model, None)
     texts = scorer.text_embeddings([*triplets.base, *triplets.positive, *triplets.negative])
     pixels = data.images[keep]
@@ -149,11 +182,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--images-root", required=True)
     parser.add_argument("--split", default="val")
     parser.add_argument("--limit", type=int, default=0, help="at most this many images (0 = all)")
+    parser.add_argument("--scenes", help="offline world scenes.json: negatives must name an absent object")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
     model = load_reward_model(RewardModelSpec(kind=args.kind, arch=args.arch, weights=args.weights),
                               pick_device(args.device))
-    result = evaluate_specificity(model, args.dataset, args.images_root, args.split, args.limit, progress=True)
+    result = evaluate_specificity(model, args.dataset, args.images_root, args.split, args.limit, progress=True,
+                                  scenes=args.scenes)
     print(f"SR_pos {result['sr_pos']:.2f}  SR_neg {result['sr_neg']:.2f}  average {result['sr_avg']:.2f}  "
           f"({result['images']} images, {result['triplets']} triplets)")
     print(json.dumps({"model": args.weights, "split": args.split, **result}))

@@ -44,7 +44,12 @@ from rewards.longclip import (
 )
 from rewards.open_clip_models import load_open_clip
 from rewards.reward_models import clip_text_forward
-from rewards.specificity import detail_units_of, join_units, sample_triplets
+from rewards.specificity import (
+    detail_units_of,
+    join_units,
+    sample_triplets,
+    scene_negative_filter,
+)
 from rewards.train_utils import cosine_schedule, param_groups
 from rewards.training_data import load_split
 
@@ -68,6 +73,7 @@ class TrainSpecsConfig:
     gamma: float = 0.8  # negative detail hinge
     max_margin: float = 1.5  # clamp of the dynamic margin ε (logit units)
     shuffle_ratio: float = 0.9  # share of negative units token-shuffled
+    scenes: str | None = None  # offline world scenes.json: negatives must name an object the image lacks
     max_train_images: int = 0
     seed: int = 0
     device: str = "auto"
@@ -125,7 +131,13 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(cfg.warmup_steps,
                                                                              steps_per_epoch * cfg.epochs))
     rng = random.Random(cfg.seed)
+    allowed = None
+    if cfg.scenes:
+        from rewards.diagnostics import load_scenes
+
+        allowed = scene_negative_filter(load_scenes(cfg.scenes), train.image_ids)
     log_path = Path(cfg.out).with_suffix(".log.jsonl")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
 
     def embed(texts: list[str]) -> torch.Tensor:
         return F.normalize(text_forward(tokenizer.padded(tokenizer.ids(texts)).to(device)), dim=-1)
@@ -141,7 +153,8 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
             if len(rows) < 2:
                 continue
             batch_units = [units[r] for r in rows]
-            triplets = sample_triplets(batch_units, rng, cfg.shuffle_ratio)
+            batch_allowed = (lambda unit, k, rows=rows: allowed(unit, rows[k])) if allowed else None
+            triplets = sample_triplets(batch_units, rng, cfg.shuffle_ratio, batch_allowed)
             image = F.normalize(model.encode_image(train.images[rows].to(device)), dim=-1)
             loss, parts = specs_loss(model.logit_scale, image, embed([join_units(u) for u in batch_units]),
                                      embed(triplets.base), embed(triplets.positive), embed(triplets.negative), cfg)

@@ -144,3 +144,21 @@ def test_recipe_bad_inputs(tiny_world, teacher_file, tmp_path):
         distill_lclip.distill_lclip(distill_lclip.DistillConfig(
             teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
             out=str(tmp_path / "l.ckpt"), embed_dim=64), progress=False)
+
+
+def test_world_negatives_name_an_absent_object(tiny_world):
+    from captioner.karpathy import load_dataset
+    from captioner.world.parse import parse_caption
+    from rewards.diagnostics import load_scenes
+    from rewards.specificity import detail_units_of, scene_negative_filter
+
+    entries = load_dataset(tiny_world / "dataset.json")[:10]
+    scenes = load_scenes(tiny_world / "scenes.json")
+    ids = [e.image_id for e in entries]
+    allowed = scene_negative_filter(scenes, ids)
+    units = [detail_units_of(e)[0] for e in entries]
+    triplets = sample_triplets(units, random.Random(0), shuffle_ratio=0.0, allowed=allowed)
+    for row, (base, neg) in enumerate(zip(triplets.base, triplets.negative, strict=True)):
+        present = {(o.color, o.shape) for o in scenes[ids[row]].objects}
+        named = {(m.color, m.shape) for m in parse_caption(neg[len(base):]).mentions}
+        assert named and not named & present
