@@ -56,7 +56,7 @@ class DistillConfig:
     stage2_epochs: int = 2
     batch_size: int = 128
     lr: float = 5e-4
-    stage2_lr: float = 1e-4
+    stage2_lr: float = 1e-5  # the paper: 1e-5, not decayed
     weight_decay: float = 0.01
     sr_weight: float = 1.0
     max_train_images: int = 0
@@ -159,7 +159,9 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     for stage, epochs, lr in ((1, cfg.stage1_epochs, cfg.lr), (2, cfg.stage2_epochs, cfg.stage2_lr)):
         steps = -(-len(train.image_ids) // cfg.batch_size) * epochs
         optimizer = torch.optim.AdamW(param_groups(student, cfg.weight_decay), lr=lr)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_schedule(min(50, steps // 10 + 1), steps))
+        # stage 1 warms up and decays; stage 2 keeps its small rate constant, as the paper does
+        schedule = cosine_schedule(min(50, steps // 10 + 1), steps) if stage == 1 else (lambda step: 1.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         for epoch in range(epochs):
             student.train()
             order = torch.randperm(len(train.image_ids), generator=generator).tolist()
