@@ -18,10 +18,15 @@ Then the paper's three rules against over-segmentation, per sentence:
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from captioner.cli import command
+from captioner.errors import DataError
+from captioner.karpathy import load_dataset
 from rewards.nouns import load_spacy
 
 PREPOSITIONS = frozenset(["behind", "in", "under", "on", "to", "above", "left", "right", "next", "up", "down", "out", "of", "'s", "is"])
@@ -154,3 +159,30 @@ def split_scores(predicted: Sequence[Sequence[str]], truth: Sequence[Sequence[st
     recall = hits / n_true if n_true else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1, "captions": len(truth)}
+
+
+@command
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rewards.detail_units",
+        description="Segment a dataset's long captions into detail units; where the dataset records units "
+        "(the offline world does), print the precision and recall of the split points. Last line: JSON.")
+    parser.add_argument("--dataset", required=True, help="Karpathy-format dataset.json with long_captions")
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--show", type=int, default=3, help="print this many segmented captions")
+    args = parser.parse_args(argv)
+    entries = [e for e in load_dataset(args.dataset) if e.split == args.split]
+    captions = [c for e in entries for c in e.extra.get("long_captions", []) if isinstance(c, dict) and c.get("raw")]
+    if not captions:
+        raise DataError(f"{args.dataset}: no long captions in split {args.split!r}")
+    predicted = DetailSegmenter()([c["raw"] for c in captions])
+    for units in predicted[: args.show]:
+        print(" | ".join(units))
+    truth = [c.get("detail_units") for c in captions]
+    scores = split_scores(predicted, truth) if all(isinstance(t, list) for t in truth) else {"captions": len(captions)}
+    print(json.dumps({"dataset": args.dataset, "split": args.split, **scores}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -77,10 +77,12 @@ def test_every_shipped_config_loads():
     from captioner.train_config import TrainConfig
     from captioner.world.generate import WorldConfig
     from features.extract import ExtractConfig
+    from rewards.distill_lclip import DistillConfig
     from rewards.train_clip import TrainClipConfig
+    from rewards.train_specs import TrainSpecsConfig
 
     kinds = {"world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig, "features_patches.yaml": ExtractConfig,
-             "world_clip.yaml": TrainClipConfig}
+             "world_clip.yaml": TrainClipConfig, "world_specs.yaml": TrainSpecsConfig, "world_lclip.yaml": DistillConfig}
     configs = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
     assert len(configs) >= 9
     for path in configs:
