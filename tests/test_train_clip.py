@@ -66,3 +66,28 @@ def test_scst_with_clip_s_alone_end_to_end(tiny_world, world_clip, tmp_path):
     assert "train/reward/clip_s/mean" in set(events.Tags()["scalars"])
     # a CLIP reward without its model is a config error naming the missing section
     assert train_cli.main(["--config", str(scst), "--set", "reward_models={}"]) == 2
+
+
+def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    def run(out, interrupt_at: int | None = None):
+        calls = {"n": 0}
+        real = train_clip.evaluate_retrieval
+
+        def evaluate(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == interrupt_at:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(train_clip, "evaluate_retrieval", evaluate)
+        return train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                                "--out", str(out), "--epochs", "2", "--set", "batch_size=16", "--set", "workers=0"])
+
+    assert run(tmp_path / "once.safetensors") == 0
+    assert run(tmp_path / "twice.safetensors", interrupt_at=2) == 130  # stopped during epoch 2
+    assert (tmp_path / "twice.state.pt").exists() and not (tmp_path / "twice.safetensors").exists()
+    assert run(tmp_path / "twice.safetensors") == 0
+    once, twice = load_file(str(tmp_path / "once.safetensors")), load_file(str(tmp_path / "twice.safetensors"))
+    assert all(torch.equal(once[k], twice[k]) for k in once)
