@@ -105,6 +105,13 @@ def build(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> T:
     return cls(**kwargs)
 
 
+def require_keys(cfg: Any, keys: Iterable[str], command: str) -> None:
+    """A command's required path keys: an empty one is a ConfigError naming key and flag."""
+    for key in keys:
+        if not getattr(cfg, key):
+            raise ConfigError(f"{command} needs {key!r} (--{key.replace('_', '-')})")
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
     """The one entry point commands use: file (optional) + overrides -> typed config."""
     data = read_yaml(path) if path else {}

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from captioner.cli import add_config_args, command, config_from_args
-from captioner.config import dump_config
+from captioner.config import dump_config, require_keys
+from captioner.device import pick_device
 from captioner.errors import ConfigError, DataError
 from captioner.karpathy import load_dataset
 from features.backbones import make_backbone
@@ -43,12 +43,6 @@ class ExtractConfig:
     workers: int = 2
     dtype: str = "float16"
     device: str = "auto"
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def extract(cfg: ExtractConfig, on_batch: Callable[[int], None] | None = None, progress: bool = True) -> Path:
@@ -91,9 +85,7 @@ def extract(cfg: ExtractConfig, on_batch: Callable[[int], None] | None = None, p
 
 
 def _validate(cfg: ExtractConfig) -> None:
-    for key in ("dataset", "images_root"):
-        if not getattr(cfg, key):
-            raise ConfigError(f"extract needs {key!r} (--{key.replace('_', '-')})")
+    require_keys(cfg, ("dataset", "images_root"), "extract")
     if not cfg.out and not cfg.embeds_out:
         raise ConfigError("extract needs 'out' (--out feats.h5) and/or 'embeds_out' (--embeds-out embeds/<key>.h5)")
     if cfg.dtype not in ("float16", "float32"):

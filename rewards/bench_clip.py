@@ -16,9 +16,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from captioner.device import pick_device
 from captioner.timing import median_seconds
 from features.store import FeatureWriter
-from rewards.clip_family import ClipFamily, pick_device
+from rewards.clip_family import ClipFamily
 from rewards.clip_scores import CLIP_S_PREFIX
 from rewards.nouns import NounParser
 from rewards.reward_models import RewardModelSpec, load_reward_model

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from captioner.device import pick_device
 from captioner.errors import ConfigError
 from rewards import clip_scores
 from rewards.embedding_scorer import EmbeddingScorer
@@ -34,12 +35,6 @@ TERMS: dict[str, Term] = {
     "specs": Term("specs", "specs"),
 }
 PREFIXED = {"clip_s", "ref"}  # Hessel et al. prefix "A photo depicts " on captions and references
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 class ClipFamily:

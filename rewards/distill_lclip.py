@@ -28,11 +28,12 @@ from tqdm import tqdm
 
 from captioner.atomic import append_line, atomic_path, write_json
 from captioner.cli import add_config_args, command, config_from_args
+from captioner.config import require_keys
+from captioner.device import pick_device
 from captioner.errors import ConfigError
-from rewards.clip_family import pick_device
 from rewards.clip_scores import CLIP_S_PREFIX, clip_s
 from rewards.clip_tokens import ClipTokenizer
-from rewards.contrastive import recall_at_1
+from rewards.contrastive import embed_images, embed_texts, recall_at_1
 from rewards.lclip import LClip, LClipConfig
 from rewards.open_clip_models import load_open_clip
 from rewards.reward_models import clip_text_forward
@@ -138,6 +139,11 @@ def _copy_blocks(student_blocks, teacher_blocks) -> None:
 
 def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     _validate(cfg)
+    summary_path = Path(cfg.out).with_suffix(".json")
+    if Path(cfg.out).exists() and summary_path.exists():
+        if progress:
+            print(f"{cfg.out} is already distilled ({summary_path}); nothing to do")
+        return json.loads(summary_path.read_text())
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
     loaded = load_open_clip(cfg.teacher_arch, cfg.teacher)
@@ -191,7 +197,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
                 print(json.dumps(record))
     save_student(student, cfg.out, stage_epochs=(cfg.stage1_epochs, cfg.stage2_epochs))
     summary = {"out": cfg.out, "teacher_params": _params(teacher), "student_params": _params(student), **record}
-    write_json(Path(cfg.out).with_suffix(".json"), {"config": asdict(cfg), **summary}, indent=2)
+    write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     return summary
 
 
@@ -208,12 +214,10 @@ def compare_on_val(teacher, student: LClip, tokenizer: ClipTokenizer, val: Image
     out = {}
     for name, encode_image, encode_text in (("teacher", teacher.encode_image, clip_text_forward(teacher)),
                                             ("student", student.encode_image, student.encode_text)):
-        image = F.normalize(torch.cat([encode_image(val.images[i: i + 256].to(device))
-                                       for i in range(0, len(val.images), 256)]), dim=-1)
+        image = embed_images(encode_image, val.images, device)
 
         def text(texts: list[str], encode=encode_text) -> torch.Tensor:
-            return F.normalize(torch.cat([encode(tokenizer.padded(tokenizer.ids(texts[i: i + 256])).to(device))
-                                          for i in range(0, len(texts), 256)]), dim=-1)
+            return embed_texts(encode, tokenizer, texts, device)
 
         recall = recall_at_1(image, text(captions))
         right = clip_s(image, text([CLIP_S_PREFIX + c for c in captions]))
@@ -235,9 +239,7 @@ def _params(model: torch.nn.Module) -> int:
 
 
 def _validate(cfg: DistillConfig) -> None:
-    for key in ("teacher", "dataset", "images_root", "out"):
-        if not getattr(cfg, key):
-            raise ConfigError(f"distill_lclip needs {key!r} (--{key.replace('_', '-')})")
+    require_keys(cfg, ("teacher", "dataset", "images_root", "out"), "distill_lclip")
     for key in ("vision_layers", "text_layers"):
         if getattr(cfg, key) % cfg.repeats:
             raise ConfigError(f"{key} ({getattr(cfg, key)}) must be a multiple of repeats ({cfg.repeats})")

@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from captioner.cli import command
+from captioner.device import pick_device
 from captioner.errors import DataError
-from captioner.karpathy import ImageEntry, load_dataset
-from rewards.clip_family import pick_device
+from captioner.karpathy import ImageEntry
+from rewards.contrastive import embed_images
 from rewards.embedding_scorer import EmbeddingScorer
 from rewards.model_spec import RewardModelSpec
 from rewards.reward_models import RewardModel, load_reward_model
@@ -97,12 +97,7 @@ def sample_triplets(units: Sequence[Sequence[str]], rng: random.Random, shuffle_
     for row, caption_units in enumerate(units):
         if len(caption_units) < 2:
             raise DataError(f"caption {row} has {len(caption_units)} detail unit(s); triplets need at least 2")
-        j = rng.randrange(1, len(caption_units))
-        base = join_units(caption_units[:j])
-        out.rows.append(row)
-        out.base.append(base)
-        out.positive.append(join_units(caption_units[: j + 1]))
-        out.negative.append(f"{base} {negative_unit(units, row, rng, shuffle_ratio, allowed)}")
+        _add_triplet(out, units, row, rng.randrange(1, len(caption_units)), rng, shuffle_ratio, allowed)
     return out
 
 
@@ -112,12 +107,18 @@ def all_triplets(units: Sequence[Sequence[str]], seed: int = 0, allowed: Negativ
     out = Triplets([], [], [], [])
     for row, caption_units in enumerate(units):
         for j in range(1, len(caption_units)):
-            base = join_units(caption_units[:j])
-            out.rows.append(row)
-            out.base.append(base)
-            out.positive.append(join_units(caption_units[: j + 1]))
-            out.negative.append(f"{base} {negative_unit(units, row, rng, 0.0, allowed)}")
+            _add_triplet(out, units, row, j, rng, 0.0, allowed)
     return out
+
+
+def _add_triplet(out: Triplets, units: Sequence[Sequence[str]], row: int, j: int, rng: random.Random,
+                 shuffle_ratio: float, allowed: NegativeFilter | None) -> None:
+    """(c_j, c_j + d_{j+1}, c_j + d_-) for `row`, with c_j its first j units."""
+    base = join_units(units[row][:j])
+    out.rows.append(row)
+    out.base.append(base)
+    out.positive.append(join_units(units[row][: j + 1]))
+    out.negative.append(f"{base} {negative_unit(units, row, rng, shuffle_ratio, allowed)}")
 
 
 def specificity_rates(image: torch.Tensor, triplets: Triplets, texts: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -146,15 +147,13 @@ def specificity_rates(image: torch.Tensor, triplets: Triplets, texts: dict[str, 
 def evaluate_specificity(model: RewardModel, dataset: str, images_root: str, split: str = "val", limit: int = 0,
                          seed: int = 0, workers: int = 2, progress: bool = False,
                          scenes: str | None = None) -> dict[str, float]:
-    entries = [e for e in load_dataset(dataset) if e.split == split]
-    units = [detail_units_of(e) for e in entries]
+    data = load_split(dataset, images_root, split, model.preprocess, limit, workers, progress=progress)
+    units = [detail_units_of(e) for e in data.entries]
     if not any(units):
         raise DataError(f"{dataset}: no image in split {split!r} has long captions with detail units "
                         "('long_captions': [{'raw', 'detail_units'}]); specificity needs them")
-    data = load_split(dataset, images_root, split, model.preprocess, limit, workers, progress=progress)
-    by_id = {e.image_id: u for e, u in zip(entries, units, strict=True)}
-    keep = [k for k, image_id in enumerate(data.image_ids) if by_id[image_id]]
-    first_units = [by_id[data.image_ids[k]][0] for k in keep]
+    keep = [k for k, u in enumerate(units) if u]
+    first_units = [units[k][0] for k in keep]
     allowed = None
     if scenes:
         from rewards.diagnostics import load_scenes
@@ -163,9 +162,7 @@ def evaluate_specificity(model: RewardModel, dataset: str, images_root: str, spl
     triplets = all_triplets(first_units, seed, allowed)
     scorer = EmbeddingScorer(model, None)
     texts = scorer.text_embeddings([*triplets.base, *triplets.positive, *triplets.negative])
-    pixels = data.images[keep]
-    image = torch.cat([F.normalize(model.encode_image(pixels[i: i + 256].to(model.device)).float(), dim=-1)
-                       for i in range(0, len(pixels), 256)])
+    image = embed_images(model.encode_image, data.images[keep], model.device)
     return {**specificity_rates(image, triplets, texts), "truncated": scorer.truncated}
 
 

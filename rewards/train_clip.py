@@ -22,10 +22,11 @@ from tqdm import tqdm
 
 from captioner.atomic import append_line, write_json
 from captioner.cli import add_config_args, command, config_from_args
+from captioner.config import require_keys
+from captioner.device import pick_device
 from captioner.errors import ConfigError
-from rewards.clip_family import pick_device
 from rewards.clip_tokens import ClipTokenizer
-from rewards.contrastive import info_nce, recall_at_1
+from rewards.contrastive import embed_images, embed_texts, info_nce, recall_at_1
 from rewards.open_clip_models import load_open_clip
 from rewards.reward_models import clip_text_forward
 from rewards.train_utils import (
@@ -131,23 +132,19 @@ def evaluate_retrieval(model, tokenizer: ClipTokenizer, val: ImageCaptions, devi
     """R@1 both ways on val with each image's first short caption and, where present, first long one."""
     model.eval()
     text_forward = clip_text_forward(model)
-    image = torch.cat([F.normalize(model.encode_image(val.images[i: i + 256].to(device)), dim=-1)
-                       for i in range(0, len(val.images), 256)])
+    image = embed_images(model.encode_image, val.images, device)
     out = {}
     for kind, pools in (("short", val.short), ("long", val.long)):
         if not all(pools):
             continue
         captions = [p[0] for p in pools]
-        text = torch.cat([F.normalize(text_forward(tokenizer.padded(tokenizer.ids(captions[i: i + 256])).to(device)),
-                                      dim=-1) for i in range(0, len(captions), 256)])
+        text = embed_texts(text_forward, tokenizer, captions, device)
         out.update({f"val_{kind}_{k}": v for k, v in recall_at_1(image, text).items()})
     return out
 
 
 def _validate(cfg: TrainClipConfig) -> None:
-    for key in ("dataset", "images_root", "out"):
-        if not getattr(cfg, key):
-            raise ConfigError(f"train_clip needs {key!r} (--{key.replace('_', '-')})")
+    require_keys(cfg, ("dataset", "images_root", "out"), "train_clip")
     if not cfg.out.endswith(".safetensors"):
         raise ConfigError(f"train_clip 'out' must end in .safetensors, got {cfg.out!r}")
     if cfg.epochs < 1 or cfg.batch_size < 2:

@@ -30,9 +30,9 @@ from tqdm import tqdm
 
 from captioner.atomic import append_line, atomic_path
 from captioner.cli import add_config_args, command, config_from_args
+from captioner.config import require_keys
+from captioner.device import pick_device
 from captioner.errors import ConfigError, DataError
-from captioner.karpathy import load_dataset
-from rewards.clip_family import pick_device
 from rewards.clip_tokens import ClipTokenizer
 from rewards.contrastive import info_nce
 from rewards.longclip import (
@@ -112,6 +112,10 @@ def starting_model(cfg: TrainSpecsConfig):
 
 def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
     _validate(cfg)
+    if Path(cfg.out).exists():  # written last, atomically: it exists only when training finished
+        if progress:
+            print(f"{cfg.out} is already trained; nothing to do")
+        return {"out": cfg.out, "start_out": cfg.start_out, "skipped": True}
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
     model = starting_model(cfg)
@@ -122,7 +126,7 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
 
     train = load_split(cfg.dataset, cfg.images_root, "train", image_transform(model.visual.image_size, False),
                        cfg.max_train_images, cfg.workers, need_long=True, progress=progress)
-    units = _units_by_row(cfg.dataset, train.image_ids)
+    units = _units_by_row(cfg.dataset, train.entries)
     rows_with_units = [k for k, u in enumerate(units) if u]
     tokenizer = ClipTokenizer(LONG_CONTEXT)
     text_forward = clip_text_forward(model)
@@ -174,9 +178,8 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
     return {"out": cfg.out, "start_out": cfg.start_out, "truncated_captions": tokenizer.truncated}
 
 
-def _units_by_row(dataset: str, image_ids: list[int]) -> list[list[str]]:
-    by_id = {e.image_id: detail_units_of(e) for e in load_dataset(dataset)}
-    units = [by_id[i][0] if by_id[i] else [] for i in image_ids]
+def _units_by_row(dataset: str, entries: list) -> list[list[str]]:
+    units = [(detail_units_of(e) or [[]])[0] for e in entries]
     if sum(1 for u in units if u) < 2:
         raise DataError(f"{dataset}: fewer than two training images have long captions with >= 2 detail units "
                         "('long_captions': [{'raw', 'detail_units'}]); segment captions with rewards.detail_units")
@@ -190,9 +193,7 @@ def _save_pt(state: dict[str, torch.Tensor], out: str) -> None:
 
 
 def _validate(cfg: TrainSpecsConfig) -> None:
-    for key in ("init", "dataset", "images_root", "out"):
-        if not getattr(cfg, key):
-            raise ConfigError(f"train_specs needs {key!r} (--{key.replace('_', '-')})")
+    require_keys(cfg, ("init", "dataset", "images_root", "out"), "train_specs")
     if not 0.0 <= cfg.shuffle_ratio <= 1.0:
         raise ConfigError(f"shuffle_ratio must be in [0, 1], got {cfg.shuffle_ratio}")
     if cfg.batch_size < 2:

@@ -23,6 +23,7 @@ class ImageCaptions:
     images: torch.Tensor  # [N, 3, H, W], transformed
     short: list[list[str]]  # reference captions per image
     long: list[list[str]]  # long detailed captions per image (may be empty lists)
+    entries: list[ImageEntry]  # the dataset entries, row for row (detail units, ids)
 
     def pool(self, kind: CaptionKind) -> list[list[str]]:
         if kind == "short":
@@ -55,7 +56,7 @@ def load_split(dataset: str, images_root: str, split: str, transform, limit: int
             raise DataError(errors[0])
         chunks.append(images)
     return ImageCaptions(ids, torch.cat(chunks), [e.raw_captions for e in entries],
-                         [long_captions(e) for e in entries])
+                         [long_captions(e) for e in entries], entries)
 
 
 def sample_captions(pools: list[list[str]], rows: list[int], generator: torch.Generator) -> list[str]:

@@ -35,22 +35,14 @@ python -m features.extract --backbone open_clip:world-clip-tiny \
 ran+=("embeds")
 
 stage "SPECS (world CLIP stretched to 248 positions + specificity fine-tuning) -> $OUT/reward_models/world_specs.pt"
-if [ ! -f "$OUT/reward_models/world_specs.pt" ]; then
-  python -m rewards.train_specs --config configs/reward_models/world_specs.yaml
-else
-  echo "$OUT/reward_models/world_specs.pt exists; skipped"
-fi
+python -m rewards.train_specs --config configs/reward_models/world_specs.yaml
 python -m features.extract --backbone longclip --pretrained "$OUT/reward_models/world_specs.pt" \
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/specs.h5"
 ran+=("specs")
 
 stage "L-CLIP (distilled from the world CLIP; demo length: 6 + 1 epochs) -> $OUT/reward_models/world_lclip.ckpt"
-if [ ! -f "$OUT/reward_models/world_lclip.ckpt" ]; then
-  python -m rewards.distill_lclip --config configs/reward_models/world_lclip.yaml \
-    --set stage1_epochs=6 --set stage2_epochs=1
-else
-  echo "$OUT/reward_models/world_lclip.ckpt exists; skipped"
-fi
+python -m rewards.distill_lclip --config configs/reward_models/world_lclip.yaml \
+  --set stage1_epochs=6 --set stage2_epochs=1
 python -m features.extract --backbone lclip --pretrained "$OUT/reward_models/world_lclip.ckpt" \
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/lclip.h5"
 ran+=("lclip")

@@ -109,6 +109,10 @@ def test_train_specs_round_trips_and_specificity_runs(tiny_world, teacher_file, 
                              "--images-root", str(tiny_world), "--out", str(out), "--epochs", "1",
                              "--set", f"start_out={start}", "--set", "batch_size=8", "--set", "workers=0"])
     assert code == 0
+    mtime = out.stat().st_mtime_ns
+    assert train_specs.main(["--init", str(teacher_file), "--dataset", str(tiny_world / "dataset.json"),
+                             "--images-root", str(tiny_world), "--out", str(out)]) == 0  # finished: skipped
+    assert out.stat().st_mtime_ns == mtime
     trained = load_reward_model(RewardModelSpec(kind="longclip", weights=str(out)))
     assert trained.context_length == 248
     assert load_reward_model(RewardModelSpec(kind="longclip", weights=str(start))).fingerprint != trained.fingerprint
@@ -125,6 +129,10 @@ def test_distill_round_trips_and_shrinks(tiny_world, teacher_file, tmp_path):
     summary = distill_lclip.distill_lclip(distill_lclip.DistillConfig(
         teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
         out=str(out), stage1_epochs=1, stage2_epochs=1, batch_size=16, workers=0), progress=False)
+    again = distill_lclip.distill_lclip(distill_lclip.DistillConfig(
+        teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+        out=str(out)), progress=False)  # finished: the summary comes back, nothing is retrained
+    assert again["student_params"] == summary["student_params"]
     student = load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
     assert summary["student_params"] <= 0.5 * summary["teacher_params"]
     assert sum(p.numel() for p in student.module.parameters()) == summary["student_params"]
