@@ -27,9 +27,9 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(cls: type[T], args: argparse.Namespace, flags: Mapping[str, Any] | None = None) -> T:
     """Config file, then explicit command-line flags (those not None), then --set overrides."""
-    data = read_yaml(args.config) if getattr(args, "config", None) else {}
+    data = read_yaml(args.config, cls) if getattr(args, "config", None) else {}
     given = {key: value for key, value in (flags or {}).items() if value is not None}
-    data = merge(data, given)
+    data = merge(data, given, cls)
     data = apply_overrides(data, getattr(args, "overrides", []))
     return build(cls, data)
 

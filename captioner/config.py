@@ -24,8 +24,8 @@ T = TypeVar("T")
 INHERIT_KEY = "inherit"
 
 
-def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Read a YAML config, resolving its `inherit:` chain into one dict."""
+def read_yaml(path: str | Path, schema: type | None = None, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Read a YAML config, resolving its `inherit:` chain into one dict (see `merge` for `schema`)."""
     path = Path(path).resolve()
     if path in _seen:
         chain = " -> ".join(str(p) for p in (*_seen, path))
@@ -42,19 +42,50 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     base_name = data.pop(INHERIT_KEY, None)
     if base_name is None:
         return data
-    base = read_yaml(path.parent / base_name, (*_seen, path))
-    return merge(base, data)
+    base = read_yaml(path.parent / base_name, schema, (*_seen, path))
+    return merge(base, data, schema)
 
 
-def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Recursive dict merge; values of `over` win, nested mappings merge."""
+def merge(base: Mapping[str, Any], over: Mapping[str, Any], schema: type | None = None) -> dict[str, Any]:
+    """Recursive dict merge; values of `over` win.
+
+    With a dataclass `schema`, sections (dataclass fields) merge key by key and so do keyed
+    sub-configs such as `reward_models`, but a plain mapping value such as `scst.rewards` is
+    replaced whole: a file that inherits and names a reward mix means that mix, not its union
+    with the base file's mix. Without a schema every nested mapping merges.
+    """
+    kinds = _merge_kinds(schema)
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge(out[key], value)
-        else:
+        kind, child = kinds.get(key, ("merge", None))
+        if kind == "replace" or not (isinstance(value, Mapping) and isinstance(out.get(key), Mapping)):
             out[key] = value
+        elif kind == "keyed":
+            out[key] = {name: merge(out[key][name], entry, child)
+                        if isinstance(entry, Mapping) and isinstance(out[key].get(name), Mapping) else entry
+                        for name, entry in {**out[key], **value}.items()}
+        else:
+            out[key] = merge(out[key], value, child)
     return out
+
+
+def _merge_kinds(schema: type | None) -> dict[str, tuple[str, type | None]]:
+    """Per field of a dataclass: ("merge", section), ("keyed", entry dataclass) or ("replace", None)."""
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return {}
+    kinds = {}
+    for name, tp in typing.get_type_hints(schema).items():
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        if typing.get_origin(tp) in (Union, types.UnionType) and len(options) == 1:
+            tp = options[0]
+        entry = typing.get_args(tp)[1] if typing.get_origin(tp) is dict else None
+        if dataclasses.is_dataclass(tp):
+            kinds[name] = ("merge", tp)
+        elif dataclasses.is_dataclass(entry):
+            kinds[name] = ("keyed", entry)
+        else:
+            kinds[name] = ("replace", None)
+    return kinds
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -114,7 +145,7 @@ def require_keys(cfg: Any, keys: Iterable[str], command: str) -> None:
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
     """The one entry point commands use: file (optional) + overrides -> typed config."""
-    data = read_yaml(path) if path else {}
+    data = read_yaml(path, cls) if path else {}
     return build(cls, apply_overrides(data, overrides))
 
 

@@ -1,11 +1,12 @@
-"""`python -m captioner.select --run DIR --by <metric>`: the best epoch of a run by any metric
-in its metrics.jsonl, with the per-epoch table."""
+"""`python -m captioner.select --run DIR --by <metric>` or `--sweep DIR`: the best epoch of a run,
+or the best run and epoch of a sweep, by any metric in metrics.jsonl, with the tables behind it."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from captioner.cli import command
@@ -14,6 +15,12 @@ from captioner.run_log import read_metrics
 
 LOWER_IS_BETTER = {"val_loss", "train_loss", "repeat_2", "bad_ending", "hallucination_mention",
                    "hallucination_caption", "attribute_error"}
+NOT_METRICS = {"epoch", "step", "seconds"}
+
+
+def metric_mode(by: str, mode: str | None = None) -> str:
+    """'min' for losses and error rates, else 'max', unless `mode` says otherwise."""
+    return mode or ("min" if by in LOWER_IS_BETTER else "max")
 
 
 def best_epoch(records: list[dict], by: str, mode: str | None = None) -> dict:
@@ -21,38 +28,105 @@ def best_epoch(records: list[dict], by: str, mode: str | None = None) -> dict:
     if not usable:
         known = sorted({k for r in records for k, v in r.items() if isinstance(v, (int, float))})
         raise DataError(f"no epoch has metric {by!r}; metrics in this run: {', '.join(known)}")
-    mode = mode or ("min" if by in LOWER_IS_BETTER else "max")
-    return (min if mode == "min" else max)(usable, key=lambda r: r[by])
+    return (min if metric_mode(by, mode) == "min" else max)(usable, key=lambda r: r[by])
 
 
-def format_epochs(records: list[dict], columns: list[str], marked: int | None) -> str:
-    header = ["epoch", *columns]
-    rows = [[str(r["epoch"]) + (" *" if r["epoch"] == marked else "")]
-            + [f"{r[c]:.4f}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in columns] for r in records]
+def metric_columns(records: list[dict]) -> list[str]:
+    """Numeric columns in first-seen order (the order the suite wrote them)."""
+    columns: dict[str, None] = {}
+    for record in records:
+        columns.update({k: None for k, v in record.items() if isinstance(v, float) and k not in NOT_METRICS})
+    return list(columns)
+
+
+def format_value(value: object) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value if value is not None else "")
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(row[k]) for row in rows)) for k, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(lines)
 
 
+def format_epochs(records: list[dict], columns: list[str], marked: int | None) -> str:
+    rows = [[str(r["epoch"]) + (" *" if r["epoch"] == marked else "")] + [format_value(r.get(c)) for c in columns]
+            for r in records]
+    return format_table(["epoch", *columns], rows)
+
+
+@dataclass
+class Selection:
+    run: Path
+    record: dict  # the chosen epoch's metrics.jsonl line
+
+    @property
+    def checkpoint(self) -> Path | None:
+        path = self.run / "checkpoints" / f"epoch_{self.record['epoch']}"
+        return path if path.exists() else None
+
+
+def select_epoch(run: Path, by: str, mode: str | None = None) -> Selection:
+    records = read_metrics(run)
+    if not records:
+        raise DataError(f"{run}: no metrics.jsonl (or it is empty)")
+    return Selection(run, best_epoch(records, by, mode))
+
+
+def sweep_runs(sweep: Path) -> list[Path]:
+    """The run directories of a sweep: its subfolders that hold a metrics.jsonl."""
+    if not sweep.is_dir():
+        raise DataError(f"{sweep}: no such sweep directory")
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "metrics.jsonl").exists())
+    if not runs:
+        raise DataError(f"{sweep}: no run folder with a metrics.jsonl inside")
+    return runs
+
+
+def select_across(runs: Sequence[Path], by: str, mode: str | None = None) -> tuple[Selection, list[Selection]]:
+    """Each run's best epoch, and the best of those."""
+    per_run = [select_epoch(run, by, mode) for run in runs]
+    pick = min if metric_mode(by, mode) == "min" else max
+    return pick(per_run, key=lambda s: s.record[by]), per_run
+
+
+def _report_run(run: Path, by: str, mode: str | None) -> Selection:
+    records = read_metrics(run)
+    chosen = select_epoch(run, by, mode)
+    print(format_epochs(records, metric_columns(records), chosen.record["epoch"]))
+    return chosen
+
+
+def _report_sweep(sweep: Path, by: str, mode: str | None) -> Selection:
+    chosen, per_run = select_across(sweep_runs(sweep), by, mode)
+    columns = metric_columns([s.record for s in per_run])
+    rows = [[s.run.name + (" *" if s is chosen else ""), str(s.record["epoch"])]
+            + [format_value(s.record.get(c)) for c in columns] for s in per_run]
+    print(f"each run at its best epoch by {by}:")
+    print(format_table(["run", "epoch", *columns], rows))
+    print(f"\nfull metric row of {chosen.run.name}, epoch {chosen.record['epoch']}:")
+    print("\n".join(f"  {c}: {format_value(chosen.record[c])}" for c in columns if c in chosen.record))
+    return chosen
+
+
 @command
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m captioner.select", description=__doc__)
-    parser.add_argument("--run", required=True, help="a run directory (holds metrics.jsonl)")
-    parser.add_argument("--by", default="cider", help="metric to select by (default cider)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--run", type=Path, help="a run directory (holds metrics.jsonl)")
+    where.add_argument("--sweep", type=Path, help="a sweep directory (captioner.sweep): one run folder per point")
+    parser.add_argument("--by", help="metric to select by (default: cider for --run, specs for --sweep)")
     parser.add_argument("--mode", choices=("max", "min"), help="default: min for losses and error rates, else max")
     args = parser.parse_args(argv)
-    records = read_metrics(Path(args.run))
-    if not records:
-        raise DataError(f"{args.run}: no metrics.jsonl (or it is empty)")
-    best = best_epoch(records, args.by, args.mode)
-    columns = [k for k, v in records[-1].items() if isinstance(v, float) and k != "seconds"]
-    print(format_epochs(records, columns, best["epoch"]))
-    ckpt = Path(args.run) / "checkpoints" / f"epoch_{best['epoch']}"
-    print(f"best by {args.by}: epoch {best['epoch']} ({best[args.by]:.4f})"
-          + (f"; checkpoint {ckpt}" if ckpt.exists() else "; its checkpoint was pruned"))
-    print(json.dumps({"run": args.run, "by": args.by, "epoch": best["epoch"], "value": best[args.by],
-                      "checkpoint": str(ckpt) if ckpt.exists() else None}))
+    by = args.by or ("cider" if args.run else "specs")
+    chosen = _report_run(args.run, by, args.mode) if args.run else _report_sweep(args.sweep, by, args.mode)
+    ckpt = chosen.checkpoint
+    print(f"best by {by}: {chosen.run} epoch {chosen.record['epoch']} ({chosen.record[by]:.4f})"
+          + (f"; checkpoint {ckpt}" if ckpt else "; its checkpoint was pruned"))
+    print(json.dumps({"run": str(chosen.run), "by": by, "epoch": chosen.record["epoch"], "value": chosen.record[by],
+                      "checkpoint": str(ckpt) if ckpt else None,
+                      "metrics": {c: chosen.record[c] for c in metric_columns([chosen.record])}}))
     return 0
 
 

@@ -145,7 +145,7 @@ def markdown(title: str, table: dict) -> str:
 
 
 def _suite(args: argparse.Namespace) -> MetricSuite:
-    data = read_yaml(args.config) if args.config else {}
+    data = read_yaml(args.config, TrainConfig) if args.config else {}
     cfg = build(TrainConfig, apply_overrides(data, args.overrides))
     return MetricSuite(args.metrics or "all", metric_context(cfg, args.device))
 

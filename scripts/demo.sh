@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job on the embedded offline world. Sets up .venv when needed, then runs every
-# stage that exists so far; stages whose outputs are already there are skipped (training runs
-# continue from their last checkpoint).
+# The main job on the embedded offline world. Sets up .venv when needed, then runs every stage
+# (world, data, reward models, XE, SCST on a reward mix, test scores, selection by SPECS, report);
+# stages whose outputs are already there are skipped (training runs continue from their last
+# checkpoint).
 # Output folder: runs/demo (the configs in configs/ point there).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
@@ -56,11 +57,21 @@ python -m captioner.train --config configs/demo_scst.yaml --resume auto
 ran+=("scst")
 
 stage "test split with the SCST checkpoint -> $OUT/runs/demo_scst/test_results.json"
-python -m captioner.evaluate --checkpoint "$OUT/runs/demo_scst/checkpoints/best" --split test \
-  --out "$OUT/runs/demo_scst/test_results.json"
+best="$OUT/runs/demo_scst/checkpoints/best"
+if [ -f "$OUT/runs/demo_scst/test_results.scores.json" ] \
+   && [ ! "$best/model.safetensors" -nt "$OUT/runs/demo_scst/test_results.scores.json" ]; then
+  echo "test scores of $best are already in $OUT/runs/demo_scst/test_results.scores.json; skipped"
+else
+  python -m captioner.evaluate --checkpoint "$best" --split test --out "$OUT/runs/demo_scst/test_results.json"
+fi
 python -m captioner.select --run "$OUT/runs/demo_scst" --by specs
 ran+=("evaluate" "select")
 
+stage "report (checkpoint chosen by SPECS) -> $OUT/runs/demo_scst/report.md"
+python -m captioner.report --run "$OUT/runs/demo_scst" --by specs
+ran+=("report")
+
 echo
 echo "[demo] ran: ${ran[*]} in $(( $(date +%s) - start ))s; outputs under $OUT"
-echo "[demo] not run yet (issue 8 is open): α sweeps and the run report (runs/<name>/report.md)."
+echo "[demo] report: $OUT/runs/demo_scst/report.md (curves beside it: report_metrics.png, report_rewards.png)"
+echo "[demo] next: the α sweep (README, 'α sweeps'): python -m captioner.sweep --config configs/ablate_alpha.yaml"

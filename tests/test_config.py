@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -32,6 +33,40 @@ def test_inherit_and_overrides(tmp_path):
     assert (cfg.name, cfg.epochs, cfg.stage, cfg.init_from) == ("child", 3, "scst", "ckpt/last")
     assert cfg.optim.lr == 5e-4 and cfg.optim.betas == [0.9, 0.999]
     assert cfg.rewards == {"cider_d": 0.3, "clip_s": 0.7}
+
+
+@dataclass
+class Model:
+    kind: str = "open_clip"
+    weights: str = ""
+
+
+@dataclass
+class WithModels(Demo):
+    models: dict[str, Model] = field(default_factory=dict)
+
+
+def test_an_inheriting_reward_mix_replaces_the_base_mix_but_sections_merge(tmp_path):
+    """`rewards: {clip_s: 1}` over a base with `{cider_d: 1}` means clip_s alone, not both;
+    keyed sub-configs (models) and sections (optim) still merge key by key."""
+    (tmp_path / "base.yaml").write_text("rewards: {cider_d: 1.0}\noptim: {lr: 0.01}\n"
+                                        "models: {clip: {weights: a.pt}, specs: {kind: longclip}}\n")
+    (tmp_path / "child.yaml").write_text("inherit: base.yaml\nrewards: {clip_s: 1.0}\noptim: {betas: [0.5, 0.5]}\n"
+                                         "models: {specs: {weights: s.pt}}\n")
+    cfg = load_config(WithModels, tmp_path / "child.yaml")
+    assert cfg.rewards == {"clip_s": 1.0}
+    assert (cfg.optim.lr, cfg.optim.betas) == (0.01, [0.5, 0.5])
+    assert cfg.models == {"clip": Model("open_clip", "a.pt"), "specs": Model("longclip", "s.pt")}
+
+
+def test_the_project_scst_configs_hold_the_mix_they_name():
+    from captioner.train_config import TrainConfig
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    assert load_config(TrainConfig, configs / "scst_world_clip.yaml").scst.rewards == {"clip_s": 1.0}
+    demo = load_config(TrainConfig, configs / "demo_scst.yaml")
+    assert demo.scst.rewards == {"cider_d": 0.5, "l_clip_s": 0.5}
+    assert sorted(demo.reward_models) == ["clip", "lclip", "specs"]
 
 
 def test_unknown_key_names_it_and_lists_valid_keys(tmp_path):
@@ -74,6 +109,7 @@ def test_every_shipped_config_loads():
     from pathlib import Path
 
     from captioner.prepro import PreproConfig
+    from captioner.sweep import SweepConfig
     from captioner.train_config import TrainConfig
     from captioner.world.generate import WorldConfig
     from features.extract import ExtractConfig
@@ -81,9 +117,23 @@ def test_every_shipped_config_loads():
     from rewards.train_clip import TrainClipConfig
     from rewards.train_specs import TrainSpecsConfig
 
-    kinds = {"world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig, "features_patches.yaml": ExtractConfig,
+    kinds = {"ablate_alpha.yaml": SweepConfig, "world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig, "features_patches.yaml": ExtractConfig,
              "world_clip.yaml": TrainClipConfig, "world_specs.yaml": TrainSpecsConfig, "world_lclip.yaml": DistillConfig}
     configs = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
     assert len(configs) >= 9
     for path in configs:
         load_config(kinds.get(path.name, TrainConfig), path)
+
+
+def test_the_shipped_sweep_builds_one_scst_run_per_alpha():
+    from captioner.sweep import SweepConfig, check_sweep, run_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(SweepConfig, root / "configs" / "ablate_alpha.yaml")
+    check_sweep(cfg)
+    cfg.base = str(root / cfg.base)
+    mixes = [run_config(cfg, alpha).scst.rewards for alpha in cfg.alphas]
+    assert mixes[0] == {"l_clip_s": 0.0, "cider_d": 1.0} and mixes[-1] == {"l_clip_s": 1.0, "cider_d": 0.0}
+    assert mixes[1] == {"l_clip_s": 0.3, "cider_d": 0.7}
+    assert {run_config(cfg, a).run.name for a in cfg.alphas} == {"alpha_0", "alpha_0.3", "alpha_0.5", "alpha_0.7",
+                                                                "alpha_1"}

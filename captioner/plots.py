@@ -1,0 +1,45 @@
+"""PNG figures for reports and sweeps: one small panel per series, written atomically."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from captioner.atomic import atomic_path
+
+
+def plot_panels(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], xlabel: str, path: str | Path,
+                title: str = "", columns: int = 4, baselines: Mapping[str, float] | None = None) -> Path:
+    """One panel per named (x, y) series, sharing the x label, with an optional dashed reference
+    level per series (`baselines`); returns the written path."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    names = list(series)
+    if not names:
+        raise ValueError("nothing to plot")
+    columns = min(columns, len(names))
+    rows = math.ceil(len(names) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.4 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        xs, ys = series[name]
+        ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3)
+        if baselines and name in baselines:
+            ax.axhline(baselines[name], linestyle="--", color="gray", linewidth=1)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,183 @@
+"""`python -m captioner.report --run DIR [--by METRIC] [--samples 8]`
+
+Writes DIR/report.md, a page a person reads at a glance: the selected checkpoint and the metric
+it was chosen by, the per-epoch metric table, test-split scores when `captioner.evaluate` left
+them, metric and training-reward curves (PNG beside the report), sample captions of the chosen
+epoch with the score of every reward that can be built for the run, and the resolved config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from captioner.atomic import write_text
+from captioner.cli import command
+from captioner.config import build, read_yaml
+from captioner.errors import DataError, RlcapError
+from captioner.plots import plot_panels
+from captioner.run_log import markdown_table, read_metrics
+from captioner.select import (
+    Selection,
+    format_value,
+    metric_columns,
+    metric_mode,
+    select_epoch,
+)
+from captioner.train_config import TrainConfig
+from rewards.bank import RewardContext, available_rewards, make_reward
+from rewards.references import load_references
+
+# `constant` exists to test the bank; it says nothing about a caption.
+NOT_REPORTED_REWARDS = {"constant"}
+
+
+def load_run_config(run: Path) -> TrainConfig:
+    path = run / "config.yaml"
+    if not path.exists():
+        raise DataError(f"{run}: no config.yaml; is this a captioner.train run folder?")
+    return build(TrainConfig, read_yaml(path, TrainConfig))
+
+
+def reward_scores(cfg: TrainConfig, image_ids: list[int], captions: list[str],
+                  references: dict) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Every reward the run's context can build, scored on the given captions; and why others could not."""
+    import torch
+
+    context = RewardContext(references=references, cider_df=cfg.data.cider_df, cider_eos=cfg.scst.cider_eos,
+                            device="cuda" if torch.cuda.is_available() else "cpu",
+                            reward_models=cfg.reward_models, shared={})
+    scores, skipped = {}, {}
+    for name in available_rewards():
+        if name in NOT_REPORTED_REWARDS:
+            continue
+        try:
+            reward = make_reward(name, context)
+        except (RlcapError, FileNotFoundError) as exc:
+            skipped[name] = str(exc).splitlines()[0]
+            continue
+        scores[name] = [float(v) for v in reward(captions, image_ids)]
+    return scores, skipped
+
+
+def read_samples(run: Path, epoch: int) -> dict[int, str]:
+    path = run / "samples" / f"epoch_{epoch}.json"
+    if not path.exists():
+        raise DataError(f"{path}: missing; the run's samples of epoch {epoch} are needed for the report")
+    return {int(r["image_id"]): r["caption"] for r in json.loads(path.read_text())}
+
+
+def training_scalars(run: Path, prefix: str = "train/reward/") -> dict[str, tuple[list[float], list[float]]]:
+    """Per-step mean rewards from the run's tensorboard events (the last value wins per step)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    root = run / "tensorboard"
+    if not root.exists():
+        return {}
+    events = EventAccumulator(str(root), size_guidance={"scalars": 0}).Reload()
+    wanted = [t for t in events.Tags()["scalars"] if t.startswith(prefix) and t.endswith(("/mean", "/total"))]
+    series = {}
+    for tag in sorted(wanted):
+        by_step = {e.step: e.value for e in events.Scalars(tag)}
+        steps = sorted(by_step)
+        series[tag.removeprefix(prefix).removesuffix("/mean")] = (steps, [by_step[s] for s in steps])
+    return series
+
+
+def write_curves(run: Path, records: list[dict], columns: list[str]) -> list[Path]:
+    epochs = [r["epoch"] for r in records]
+    metric_series = {c: (epochs, [float(r.get(c, float("nan"))) for r in records]) for c in columns}
+    paths = [plot_panels(metric_series, "epoch", run / "report_metrics.png", title=f"{run.name}: val metrics")]
+    reward_series = training_scalars(run)
+    if reward_series:
+        paths.append(plot_panels(reward_series, "optimizer step", run / "report_rewards.png",
+                                 title=f"{run.name}: training rewards (mean over samples)"))
+    return paths
+
+
+def sample_section(cfg: TrainConfig, run: Path, epoch: int, count: int) -> str:
+    captions = read_samples(run, epoch)
+    image_ids = sorted(captions)[:count]
+    references = load_references(cfg.data.refs)
+    texts = [captions[i] for i in image_ids]
+    scores, skipped = reward_scores(cfg, image_ids, texts, references)
+    names = list(scores)
+    rows = [[str(i), texts[k], *(f"{scores[n][k]:.3f}" for n in names), (references.get(i) or [""])[0]]
+            for k, i in enumerate(image_ids)]
+    text = [f"Val captions of epoch {epoch}, each scored by every reward that can be built for this run.\n",
+            markdown_table(["image", "caption", *names, "a reference"], rows)]
+    if skipped:
+        text.append("\nRewards not scored: " + "; ".join(f"`{n}` ({why})" for n, why in skipped.items()))
+    return "\n".join(text)
+
+
+def epoch_table(records: list[dict], columns: list[str], chosen: int) -> str:
+    rows = [[str(r["epoch"]) + (" ←" if r["epoch"] == chosen else ""), str(r.get("stage", "")),
+             *(format_value(r.get(c)) for c in columns)] for r in records]
+    return markdown_table(["epoch", "stage", *columns], rows)
+
+
+def test_section(run: Path) -> str | None:
+    scores = run / "test_results.scores.json"
+    if not scores.exists():
+        return None
+    corpus = json.loads(scores.read_text())["corpus"]
+    return (f"From `{scores}` (`captioner.evaluate` on the test split).\n\n"
+            + markdown_table(list(corpus), [[format_value(v) for v in corpus.values()]]))
+
+
+def selection_line(chosen: Selection, by: str, mode: str) -> str:
+    ckpt = chosen.checkpoint
+    where = f"`{ckpt}`" if ckpt else "its checkpoint was pruned (keep_last)"
+    return (f"Chosen by **{by}** ({mode}): epoch {chosen.record['epoch']}, {by} = "
+            f"{format_value(chosen.record[by])}; checkpoint {where}.")
+
+
+def run_line(run: Path, records: list[dict], cfg: TrainConfig) -> str:
+    stage = records[-1].get("stage", "?")
+    rewards = cfg.scst.rewards if stage == "scst" else "none (XE)"
+    return f"Run folder `{run}`; {len(records)} epoch(s), stage {stage}; rewards {rewards}.\n"
+
+
+def build_report(run: Path, by: str | None, samples: int) -> Path:
+    cfg = load_run_config(run)
+    records = read_metrics(run)
+    if not records:
+        raise DataError(f"{run}: no metrics.jsonl (or it is empty); train at least one epoch first")
+    by = by or cfg.eval.select_by
+    mode = metric_mode(by, None if by != cfg.eval.select_by else cfg.eval.select_mode)
+    chosen = select_epoch(run, by, mode)
+    columns = metric_columns(records)
+    figures = write_curves(run, records, [c for c in columns if c != "train_loss"])
+    parts = [f"# Run report: {run.name}\n",
+             run_line(run, records, cfg),
+             "## Selected checkpoint\n", selection_line(chosen, by, mode) + "\n",
+             "## Per-epoch metrics (val)\n", epoch_table(records, columns, chosen.record["epoch"]) + "\n"]
+    test = test_section(run)
+    if test:
+        parts += ["## Test split\n", test + "\n"]
+    parts += ["## Curves\n", *(f"![{p.stem}]({p.name})\n" for p in figures)]
+    parts += ["## Sample captions and their rewards\n", sample_section(cfg, run, chosen.record["epoch"], samples) + "\n"]
+    parts += ["## Resolved config\n", "```yaml\n" + (run / "config.yaml").read_text().rstrip() + "\n```\n"]
+    path = run / "report.md"
+    write_text(path, "\n".join(parts))
+    return path
+
+
+@command
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m captioner.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", required=True, type=Path, help="a captioner.train run folder")
+    parser.add_argument("--by", help="metric that picks the checkpoint (default: the run's eval.select_by)")
+    parser.add_argument("--samples", type=int, default=8, help="sample captions shown with their rewards")
+    args = parser.parse_args(argv)
+    path = build_report(args.run, args.by, args.samples)
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,211 @@
+"""`python -m captioner.sweep --config configs/ablate_alpha.yaml [--set key=value]`
+
+An α sweep over a two-reward mix: for each α in `alphas`, one SCST run of
+α·reward_a + (1−α)·reward_b, every run starting from the base config's `scst.init_from` (one
+shared XE checkpoint). Runs go one after another, in this process or each under its own
+`accelerate launch` (`launcher: accelerate`). The sweep is resumable: finished runs are skipped,
+an interrupted run continues from its last checkpoint.
+
+At the end (and with --summary-only) it writes, under <out_dir>/<name>/:
+  start.json               the val metrics of the shared starting checkpoint
+  summary.md, summary.csv  α against every metric, each run at its best epoch by `select_by`,
+                           below a first row for the starting checkpoint
+  alpha_metrics.png        the metrics plotted against α
+  tensorboard/             one hparams entry per run
+and prints the best run and epoch by `select_by` (as `python -m captioner.select --sweep` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from captioner.atomic import write_json
+from captioner.checkpoint import read_checkpoint
+from captioner.cli import EXIT_INTERRUPTED, add_config_args, command, config_from_args
+from captioner.config import apply_overrides, build, dump_config, read_yaml, to_dict
+from captioner.data import CaptionDataset, Labels
+from captioner.device import pick_device
+from captioner.errors import ConfigError, RlcapError
+from captioner.evaluate import decode_dataset, load_captioner
+from captioner.sweep_summary import SweepPoint, write_summary
+from captioner.train_config import TrainConfig, metric_context
+from rewards.references import load_references
+from rewards.suite import MetricSuite
+
+
+@dataclass
+class SweepConfig:
+    name: str = "sweep"
+    out_dir: str = "runs"  # the sweep lives in <out_dir>/<name>, one run folder per α
+    base: str = ""  # the SCST training config every run starts from (a path, as given on the command line)
+    reward_a: str = "l_clip_s"  # weighted by α
+    reward_b: str = "cider_d"  # weighted by 1 − α
+    alphas: list[float] = field(default_factory=lambda: [0.0, 0.3, 0.5, 0.7, 1.0])
+    select_by: str = "specs"  # each run's row in the summary is its best epoch by this metric
+    select_mode: Literal["auto", "max", "min"] = "auto"  # auto: min for losses and error rates
+    overrides: list[str] = field(default_factory=list)  # `key=value` applied to every run's config
+    launcher: Literal["inprocess", "accelerate"] = "inprocess"
+    num_processes: int = 1  # processes per run under `launcher: accelerate`
+
+
+def run_name(alpha: float) -> str:
+    return f"alpha_{alpha:g}"
+
+
+def check_sweep(cfg: SweepConfig) -> None:
+    if not cfg.base:
+        raise ConfigError("sweep config needs 'base': the SCST training config each run starts from")
+    if not cfg.alphas:
+        raise ConfigError("sweep config 'alphas' is empty")
+    bad = [a for a in cfg.alphas if not 0.0 <= a <= 1.0]
+    if bad:
+        raise ConfigError(f"sweep config 'alphas': every α must lie in [0, 1]; got {bad}")
+    if len({run_name(a) for a in cfg.alphas}) != len(cfg.alphas):
+        raise ConfigError(f"sweep config 'alphas' repeats a value: {cfg.alphas}")
+    if cfg.reward_a == cfg.reward_b:
+        raise ConfigError(f"reward_a and reward_b are both {cfg.reward_a!r}")
+    if cfg.num_processes < 1:
+        raise ConfigError("num_processes must be >= 1")
+
+
+def run_config(cfg: SweepConfig, alpha: float) -> TrainConfig:
+    """The base config with the sweep's overrides, this α's reward mix and the run's place."""
+    data = apply_overrides(read_yaml(cfg.base, TrainConfig), cfg.overrides)
+    data.setdefault("run", {}).update(name=run_name(alpha), out_dir=str(sweep_dir(cfg)))
+    data.setdefault("scst", {})["rewards"] = {cfg.reward_a: alpha, cfg.reward_b: round(1.0 - alpha, 10)}
+    train = build(TrainConfig, data)
+    if train.train.stage != "scst":
+        raise ConfigError(f"{cfg.base}: train.stage is {train.train.stage!r}; a sweep runs SCST")
+    if not train.scst.init_from:
+        raise ConfigError(f"{cfg.base}: scst.init_from is empty; the sweep's runs share one XE checkpoint")
+    return train
+
+
+def sweep_dir(cfg: SweepConfig) -> Path:
+    return Path(cfg.out_dir) / cfg.name
+
+
+def finished_epochs(run: Path) -> int:
+    last = run / "checkpoints" / "last"
+    return read_checkpoint(last)[0].epoch if last.exists() else 0
+
+
+def check_same_run(run: Path, train: TrainConfig) -> None:
+    """A folder left by another sweep setting must not be resumed as if it were this one."""
+    saved_path = run / "config.yaml"
+    if not saved_path.exists():
+        return
+    saved, now = read_yaml(saved_path), to_dict(train)
+    for section, key in (("scst", "rewards"), ("scst", "init_from"), ("model", None)):
+        before = saved.get(section, {}) if key is None else saved.get(section, {}).get(key)
+        after = now[section] if key is None else now[section][key]
+        if before != after:
+            where = section if key is None else f"{section}.{key}"
+            raise ConfigError(f"{run} was trained with {where} = {before!r}, this sweep asks for {after!r}; "
+                              f"move that folder away or give the sweep another name")
+
+
+def launch(cfg: SweepConfig, config_path: Path, progress: bool) -> None:
+    args = ["--config", str(config_path), "--resume", "auto"] + ([] if progress else ["--no-progress"])
+    if cfg.launcher == "inprocess":
+        from captioner import train
+
+        code = train.main(args)
+    else:
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(cfg.num_processes)]
+        launcher += ["--multi_gpu"] if cfg.num_processes > 1 else []
+        code = subprocess.run([*launcher, "-m", "captioner.train", *args], check=False).returncode
+    if code == EXIT_INTERRUPTED:
+        raise KeyboardInterrupt
+    if code != 0:
+        raise RlcapError(f"the run configured by {config_path} failed (exit {code}); re-run the sweep to resume it")
+
+
+def run_point(cfg: SweepConfig, alpha: float, index: int, progress: bool) -> SweepPoint:
+    train = run_config(cfg, alpha)
+    run = sweep_dir(cfg) / run_name(alpha)
+    check_same_run(run, train)
+    mix = f"{alpha:g}·{cfg.reward_a} + {1 - alpha:g}·{cfg.reward_b}"
+    head = f"[sweep] {index + 1}/{len(cfg.alphas)} {run.name} ({mix})"
+    done = finished_epochs(run)
+    if done >= train.train.epochs:
+        print(f"{head}: finished earlier ({done} epochs), skipped", flush=True)
+        return SweepPoint(alpha, run, "skipped", 0.0)
+    print(f"{head}: {'resuming at epoch ' + str(done) if done else 'training'}", flush=True)
+    config_path = sweep_dir(cfg) / "configs" / f"{run.name}.yaml"
+    dump_config(train, config_path)
+    start = time.perf_counter()
+    launch(cfg, config_path, progress)
+    return SweepPoint(alpha, run, "trained", time.perf_counter() - start)
+
+
+def score_start(cfg: SweepConfig) -> dict:
+    """Val metrics of the shared starting checkpoint, decoded and scored exactly as every run's
+    epochs are: the row each α is compared with. Cached in start.json."""
+    path = sweep_dir(cfg) / "start.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    train = run_config(cfg, cfg.alphas[0])
+    print(f"[sweep] scoring the starting checkpoint {train.scst.init_from} on {train.data.val_split}", flush=True)
+    model, _, vocab = load_captioner(train.scst.init_from)
+    dataset = CaptionDataset(Labels.load(train.data.labels), train.data.feats, train.data.val_split, 1)
+    if train.data.max_val_images:
+        dataset.rows = dataset.rows[: train.data.max_val_images]
+    beam = train.eval.beam_size if train.eval.decode == "beam" else 1
+    captions = decode_dataset(model, dataset, vocab, beam, train.eval.batch_size, pick_device("auto"))
+    with MetricSuite(train.eval.metrics, metric_context(train)) as suite:
+        scores = suite.score(captions, load_references(train.data.refs)).corpus
+    start = {"checkpoint": train.scst.init_from, **scores}
+    write_json(path, start, indent=1)
+    return start
+
+
+def write_manifest(cfg: SweepConfig, points: list[SweepPoint]) -> None:
+    write_json(sweep_dir(cfg) / "sweep.json", {
+        "sweep": to_dict(cfg), "runs": [
+            {"alpha": p.alpha, "run": p.run.name, "status": p.status, "seconds": round(p.seconds, 1)} for p in points]},
+        indent=1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m captioner.sweep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(parser)
+    parser.add_argument("--summary-only", action="store_true",
+                        help="train nothing; rewrite the summary, plot and hparams from the runs there")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars inside the runs")
+    return parser
+
+
+@command
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(SweepConfig, args)
+    check_sweep(cfg)
+    start = score_start(cfg)
+    points = []
+    for index, alpha in enumerate(cfg.alphas):
+        if args.summary_only:
+            points.append(SweepPoint(alpha, sweep_dir(cfg) / run_name(alpha), "summary-only", 0.0))
+            continue
+        points.append(run_point(cfg, alpha, index, not args.no_progress))
+        write_manifest(cfg, points)
+    mode = None if cfg.select_mode == "auto" else cfg.select_mode
+    summary = write_summary(sweep_dir(cfg), points, cfg.select_by, mode, (cfg.reward_a, cfg.reward_b), start)
+    print(summary.markdown)
+    print(f"[sweep] wrote {summary.markdown_path}, {summary.csv_path}, {summary.plot_path} and tensorboard hparams")
+    print(f"[sweep] best by {cfg.select_by}: {summary.best.run} epoch {summary.best.record['epoch']} "
+          f"({summary.best.record[cfg.select_by]:.4f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""A sweep's summary: each run at its best epoch, as markdown, CSV, a PNG against α and
+tensorboard hparams (the shape of Table VI in the L-CLIPScore paper)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from captioner.atomic import write_text
+from captioner.errors import DataError
+from captioner.plots import plot_panels
+from captioner.run_log import markdown_table
+from captioner.select import (
+    Selection,
+    format_value,
+    metric_columns,
+    metric_mode,
+    select_epoch,
+)
+
+SKIPPED_IN_PLOT = {"train_loss"}
+
+
+@dataclass
+class SweepPoint:
+    alpha: float
+    run: Path
+    status: str  # trained | skipped | summary-only
+    seconds: float
+
+
+@dataclass
+class Summary:
+    markdown: str
+    markdown_path: Path
+    csv_path: Path
+    plot_path: Path
+    best: Selection
+
+
+def summary_rows(points: list[SweepPoint], by: str, mode: str | None) -> list[tuple[float, Selection]]:
+    missing = [p.run for p in points if not (p.run / "metrics.jsonl").exists()]
+    if missing:
+        raise DataError(f"no metrics yet for {', '.join(map(str, missing))}: run the sweep (without "
+                        f"--summary-only) to train them")
+    return [(p.alpha, select_epoch(p.run, by, mode)) for p in points]
+
+
+def as_markdown(rows: list[tuple[float, Selection]], columns: list[str], by: str, rewards: tuple[str, str],
+                start: dict) -> str:
+    body = [["start", "—"] + [format_value(start.get(c, "")) for c in columns]]
+    body += [[f"{alpha:g}", str(s.record["epoch"])] + [format_value(s.record.get(c)) for c in columns]
+             for alpha, s in rows]
+    head = (f"α sweep: reward = α·{rewards[0]} + (1−α)·{rewards[1]}; each run at its best epoch by {by}. "
+            f"Row `start`: the shared starting checkpoint `{start.get('checkpoint')}`, scored the same way.\n\n")
+    return head + markdown_table(["α", "epoch", *columns], body) + "\n"
+
+
+def as_csv(rows: list[tuple[float, Selection]], columns: list[str], start: dict) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["alpha", "run", "epoch", *columns])
+    writer.writerow(["start", start.get("checkpoint", ""), "", *(start.get(c, "") for c in columns)])
+    for alpha, s in rows:
+        writer.writerow([alpha, s.run.name, s.record["epoch"], *(s.record.get(c, "") for c in columns)])
+    return out.getvalue()
+
+
+def write_hparams(sweep: Path, rows: list[tuple[float, Selection]], columns: list[str],
+                  rewards: tuple[str, str]) -> None:
+    """One hparams entry per run; rewritten from scratch so that re-runs leave no duplicates."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    root = sweep / "tensorboard"
+    shutil.rmtree(root, ignore_errors=True)
+    for alpha, s in rows:
+        with SummaryWriter(str(root / s.run.name)) as writer:
+            hparams = {"alpha": alpha, "reward_a": rewards[0], "reward_b": rewards[1], "epoch": s.record["epoch"]}
+            metrics = {f"hparam/{c}": float(s.record[c]) for c in columns if isinstance(s.record.get(c), float)}
+            writer.add_hparams(hparams, metrics, run_name=".")
+
+
+def write_summary(sweep: Path, points: list[SweepPoint], by: str, mode: str | None,
+                  rewards: tuple[str, str], start: dict) -> Summary:
+    """`start`: the starting checkpoint's metrics (a first row, and a dashed line in each panel)."""
+    rows = summary_rows(points, by, mode)
+    columns = metric_columns([s.record for _, s in rows])
+    markdown = as_markdown(rows, columns, by, rewards, start)
+    md_path, csv_path = sweep / "summary.md", sweep / "summary.csv"
+    write_text(md_path, markdown)
+    write_text(csv_path, as_csv(rows, columns, start))
+    alphas = [alpha for alpha, _ in rows]
+    series = {c: (alphas, [float(s.record.get(c, float("nan"))) for _, s in rows])
+              for c in columns if c not in SKIPPED_IN_PLOT}
+    plot_path = plot_panels(series, "α", sweep / "alpha_metrics.png",
+                            title=f"α·{rewards[0]} + (1−α)·{rewards[1]} (best epoch by {by}; dashed: start)",
+                            baselines={c: v for c, v in start.items() if isinstance(v, float)})
+    write_hparams(sweep, rows, columns, rewards)
+    pick = min if metric_mode(by, mode) == "min" else max
+    best = pick((s for _, s in rows), key=lambda s: s.record[by])
+    return Summary(markdown, md_path, csv_path, plot_path, best)
