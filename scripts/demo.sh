@@ -72,6 +72,6 @@ python -m captioner.report --run "$OUT/runs/demo_scst" --by specs
 ran+=("report")
 
 echo
-echo "[demo] ran: ${ran[*]} in $(( $(date +%s) - start ))s; outputs under $OUT"
+echo "[demo] stages: ${ran[*]} (stages already done were skipped) in $(( $(date +%s) - start ))s; outputs under $OUT"
 echo "[demo] report: $OUT/runs/demo_scst/report.md (curves beside it: report_metrics.png, report_rewards.png)"
 echo "[demo] next: the α sweep (README, 'α sweeps'): python -m captioner.sweep --config configs/ablate_alpha.yaml"
