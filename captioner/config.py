@@ -61,11 +61,18 @@ def merge(base: Mapping[str, Any], over: Mapping[str, Any], schema: type | None 
         if kind == "replace" or not (isinstance(value, Mapping) and isinstance(out.get(key), Mapping)):
             out[key] = value
         elif kind == "keyed":
-            out[key] = {name: merge(out[key][name], entry, child)
-                        if isinstance(entry, Mapping) and isinstance(out[key].get(name), Mapping) else entry
-                        for name, entry in {**out[key], **value}.items()}
+            out[key] = _merge_entries(out[key], value, child)
         else:
             out[key] = merge(out[key], value, child)
+    return out
+
+
+def _merge_entries(base: Mapping[str, Any], over: Mapping[str, Any], entry: type | None) -> dict[str, Any]:
+    """Keyed sub-configs (reward_models): each named entry merges with its namesake, by `entry`'s schema."""
+    out = dict(base)
+    for name, value in over.items():
+        both = isinstance(value, Mapping) and isinstance(out.get(name), Mapping)
+        out[name] = merge(out[name], value, entry) if both else value
     return out
 
 

@@ -21,13 +21,14 @@ from captioner.cli import command
 from captioner.config import apply_overrides, build
 from captioner.data import CaptionDataset, Labels, collate
 from captioner.decoding import beam_search, greedy
+from captioner.device import pick_device
 from captioner.errors import DataError
 from captioner.model import Captioner
 from captioner.train_config import TrainConfig, metric_context
 from captioner.vocab import Vocab
 from rewards.references import load_references
 from rewards.score import format_table
-from rewards.suite import MetricSuite
+from rewards.suite import MetricSuite, SuiteResult
 
 
 def load_captioner(checkpoint: str | Path, overrides: Sequence[str] = ()) -> tuple[Captioner, TrainConfig, Vocab]:
@@ -56,6 +57,25 @@ def decode_dataset(model: Captioner, dataset: CaptionDataset, vocab: Vocab, beam
     return captions
 
 
+def decode_for_config(model: Captioner, vocab: Vocab, cfg: TrainConfig, split: str, beam: int,
+                      max_images: int = 0, where: str = "the checkpoint") -> dict[int, str]:
+    """Captions for `split` of the config's data (the first `max_images` images when > 0, as
+    training's val pass takes them); the model's vocabulary must be the data's."""
+    data_vocab = Vocab.load(cfg.data.vocab)
+    if data_vocab != vocab:
+        raise DataError(f"{where}: its vocabulary differs from {cfg.data.vocab}: {vocab.differences(data_vocab)}")
+    dataset = CaptionDataset(Labels.load(cfg.data.labels), cfg.data.feats, split, 1)
+    if max_images:
+        dataset.rows = dataset.rows[:max_images]
+    return decode_dataset(model, dataset, vocab, beam, cfg.eval.batch_size, pick_device("auto"))
+
+
+def score_captions(captions: dict[int, str], cfg: TrainConfig, metrics: str | Sequence[str]) -> SuiteResult:
+    """The metric suite on captions, with the config's references, CIDEr df, scenes and reward models."""
+    with MetricSuite(metrics, metric_context(cfg)) as suite:
+        return suite.score(captions, load_references(cfg.data.refs))
+
+
 @command
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m captioner.evaluate", description=__doc__,
@@ -69,16 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="override the run's config, e.g. --set data.feats=other/feats.h5")
     args = parser.parse_args(argv)
     model, cfg, vocab = load_captioner(args.checkpoint, args.overrides)
-    data_vocab = Vocab.load(cfg.data.vocab)
-    if data_vocab != vocab:
-        raise DataError(f"{args.checkpoint}: its vocabulary differs from {cfg.data.vocab}: {vocab.differences(data_vocab)}")
-    dataset = CaptionDataset(Labels.load(cfg.data.labels), cfg.data.feats, args.split, 1)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    captions = decode_dataset(model, dataset, vocab, args.beam, cfg.eval.batch_size, device)
+    captions = decode_for_config(model, vocab, cfg, args.split, args.beam, where=args.checkpoint)
     write_json(args.out, [{"image_id": i, "caption": c} for i, c in sorted(captions.items())])
-    context = metric_context(cfg)
-    with MetricSuite(args.metrics or cfg.eval.metrics, context) as suite:
-        result = suite.score(captions, load_references(cfg.data.refs))
+    result = score_captions(captions, cfg, args.metrics or cfg.eval.metrics)
     scores_path = Path(args.out).with_suffix(".scores.json")
     write_json(scores_path, result.to_json())
     print(format_table(result))

@@ -16,10 +16,12 @@ from pathlib import Path
 from captioner.atomic import write_text
 from captioner.cli import command
 from captioner.config import build, read_yaml
+from captioner.device import pick_device
 from captioner.errors import DataError, RlcapError
 from captioner.plots import plot_panels
 from captioner.run_log import markdown_table, read_metrics
 from captioner.select import (
+    TRAINING_ONLY,
     Selection,
     format_value,
     metric_columns,
@@ -44,11 +46,8 @@ def load_run_config(run: Path) -> TrainConfig:
 def reward_scores(cfg: TrainConfig, image_ids: list[int], captions: list[str],
                   references: dict) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Every reward the run's context can build, scored on the given captions; and why others could not."""
-    import torch
-
     context = RewardContext(references=references, cider_df=cfg.data.cider_df, cider_eos=cfg.scst.cider_eos,
-                            device="cuda" if torch.cuda.is_available() else "cpu",
-                            reward_models=cfg.reward_models, shared={})
+                            device=str(pick_device("auto")), reward_models=cfg.reward_models, shared={})
     scores, skipped = {}, {}
     for name in available_rewards():
         if name in NOT_REPORTED_REWARDS:
@@ -144,13 +143,11 @@ def run_line(run: Path, records: list[dict], cfg: TrainConfig) -> str:
 def build_report(run: Path, by: str | None, samples: int) -> Path:
     cfg = load_run_config(run)
     records = read_metrics(run)
-    if not records:
-        raise DataError(f"{run}: no metrics.jsonl (or it is empty); train at least one epoch first")
     by = by or cfg.eval.select_by
     mode = metric_mode(by, None if by != cfg.eval.select_by else cfg.eval.select_mode)
-    chosen = select_epoch(run, by, mode)
+    chosen = select_epoch(run, by, mode, records)
     columns = metric_columns(records)
-    figures = write_curves(run, records, [c for c in columns if c != "train_loss"])
+    figures = write_curves(run, records, [c for c in columns if c not in TRAINING_ONLY])
     parts = [f"# Run report: {run.name}\n",
              run_line(run, records, cfg),
              "## Selected checkpoint\n", selection_line(chosen, by, mode) + "\n",

@@ -16,6 +16,7 @@ from captioner.run_log import read_metrics
 LOWER_IS_BETTER = {"val_loss", "train_loss", "repeat_2", "bad_ending", "hallucination_mention",
                    "hallucination_caption", "attribute_error"}
 NOT_METRICS = {"epoch", "step", "seconds"}
+TRAINING_ONLY = {"train_loss"}  # logged per epoch, but not a val metric worth a curve
 
 
 def metric_mode(by: str, mode: str | None = None) -> str:
@@ -67,8 +68,9 @@ class Selection:
         return path if path.exists() else None
 
 
-def select_epoch(run: Path, by: str, mode: str | None = None) -> Selection:
-    records = read_metrics(run)
+def select_epoch(run: Path, by: str, mode: str | None = None, records: list[dict] | None = None) -> Selection:
+    """The run's best epoch by `by`; pass `records` when metrics.jsonl was already read."""
+    records = read_metrics(run) if records is None else records
     if not records:
         raise DataError(f"{run}: no metrics.jsonl (or it is empty)")
     return Selection(run, best_epoch(records, by, mode))
@@ -93,7 +95,7 @@ def select_across(runs: Sequence[Path], by: str, mode: str | None = None) -> tup
 
 def _report_run(run: Path, by: str, mode: str | None) -> Selection:
     records = read_metrics(run)
-    chosen = select_epoch(run, by, mode)
+    chosen = select_epoch(run, by, mode, records)
     print(format_epochs(records, metric_columns(records), chosen.record["epoch"]))
     return chosen
 

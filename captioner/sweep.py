@@ -31,14 +31,10 @@ from captioner.atomic import write_json
 from captioner.checkpoint import read_checkpoint
 from captioner.cli import EXIT_INTERRUPTED, add_config_args, command, config_from_args
 from captioner.config import apply_overrides, build, dump_config, read_yaml, to_dict
-from captioner.data import CaptionDataset, Labels
-from captioner.device import pick_device
 from captioner.errors import ConfigError, RlcapError
-from captioner.evaluate import decode_dataset, load_captioner
+from captioner.evaluate import decode_for_config, load_captioner, score_captions
 from captioner.sweep_summary import SweepPoint, write_summary
-from captioner.train_config import TrainConfig, metric_context
-from rewards.references import load_references
-from rewards.suite import MetricSuite
+from captioner.train_config import TrainConfig
 
 
 @dataclass
@@ -149,20 +145,19 @@ def run_point(cfg: SweepConfig, alpha: float, index: int, progress: bool) -> Swe
 
 def score_start(cfg: SweepConfig) -> dict:
     """Val metrics of the shared starting checkpoint, decoded and scored exactly as every run's
-    epochs are: the row each α is compared with. Cached in start.json."""
+    epochs are: the row each α is compared with. Cached in start.json (per checkpoint)."""
     path = sweep_dir(cfg) / "start.json"
-    if path.exists():
-        return json.loads(path.read_text())
     train = run_config(cfg, cfg.alphas[0])
+    if path.exists():
+        cached = json.loads(path.read_text())
+        if cached.get("checkpoint") == train.scst.init_from:
+            return cached
     print(f"[sweep] scoring the starting checkpoint {train.scst.init_from} on {train.data.val_split}", flush=True)
     model, _, vocab = load_captioner(train.scst.init_from)
-    dataset = CaptionDataset(Labels.load(train.data.labels), train.data.feats, train.data.val_split, 1)
-    if train.data.max_val_images:
-        dataset.rows = dataset.rows[: train.data.max_val_images]
     beam = train.eval.beam_size if train.eval.decode == "beam" else 1
-    captions = decode_dataset(model, dataset, vocab, beam, train.eval.batch_size, pick_device("auto"))
-    with MetricSuite(train.eval.metrics, metric_context(train)) as suite:
-        scores = suite.score(captions, load_references(train.data.refs)).corpus
+    captions = decode_for_config(model, vocab, train, train.data.val_split, beam, train.data.max_val_images,
+                                 where=f"scst.init_from {train.scst.init_from}")
+    scores = score_captions(captions, train, train.eval.metrics).corpus
     start = {"checkpoint": train.scst.init_from, **scores}
     write_json(path, start, indent=1)
     return start

@@ -14,14 +14,12 @@ from captioner.errors import DataError
 from captioner.plots import plot_panels
 from captioner.run_log import markdown_table
 from captioner.select import (
+    TRAINING_ONLY,
     Selection,
     format_value,
     metric_columns,
-    metric_mode,
-    select_epoch,
+    select_across,
 )
-
-SKIPPED_IN_PLOT = {"train_loss"}
 
 
 @dataclass
@@ -41,12 +39,14 @@ class Summary:
     best: Selection
 
 
-def summary_rows(points: list[SweepPoint], by: str, mode: str | None) -> list[tuple[float, Selection]]:
+def summary_rows(points: list[SweepPoint], by: str, mode: str | None) -> tuple[list[tuple[float, Selection]], Selection]:
+    """Each point's run at its best epoch, and the best of them."""
     missing = [p.run for p in points if not (p.run / "metrics.jsonl").exists()]
     if missing:
         raise DataError(f"no metrics yet for {', '.join(map(str, missing))}: run the sweep (without "
                         f"--summary-only) to train them")
-    return [(p.alpha, select_epoch(p.run, by, mode)) for p in points]
+    best, per_run = select_across([p.run for p in points], by, mode)
+    return [(p.alpha, s) for p, s in zip(points, per_run, strict=True)], best
 
 
 def as_markdown(rows: list[tuple[float, Selection]], columns: list[str], by: str, rewards: tuple[str, str],
@@ -86,7 +86,7 @@ def write_hparams(sweep: Path, rows: list[tuple[float, Selection]], columns: lis
 def write_summary(sweep: Path, points: list[SweepPoint], by: str, mode: str | None,
                   rewards: tuple[str, str], start: dict) -> Summary:
     """`start`: the starting checkpoint's metrics (a first row, and a dashed line in each panel)."""
-    rows = summary_rows(points, by, mode)
+    rows, best = summary_rows(points, by, mode)
     columns = metric_columns([s.record for _, s in rows])
     markdown = as_markdown(rows, columns, by, rewards, start)
     md_path, csv_path = sweep / "summary.md", sweep / "summary.csv"
@@ -94,11 +94,9 @@ def write_summary(sweep: Path, points: list[SweepPoint], by: str, mode: str | No
     write_text(csv_path, as_csv(rows, columns, start))
     alphas = [alpha for alpha, _ in rows]
     series = {c: (alphas, [float(s.record.get(c, float("nan"))) for _, s in rows])
-              for c in columns if c not in SKIPPED_IN_PLOT}
+              for c in columns if c not in TRAINING_ONLY}
     plot_path = plot_panels(series, "α", sweep / "alpha_metrics.png",
                             title=f"α·{rewards[0]} + (1−α)·{rewards[1]} (best epoch by {by}; dashed: start)",
                             baselines={c: v for c, v in start.items() if isinstance(v, float)})
     write_hparams(sweep, rows, columns, rewards)
-    pick = min if metric_mode(by, mode) == "min" else max
-    best = pick((s for _, s in rows), key=lambda s: s.record[by])
     return Summary(markdown, md_path, csv_path, plot_path, best)
