@@ -189,6 +189,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
                 errors.append(str(exc))
         raise ConfigError(f"config key {key!r}: {value!r} matches none of {_type_name(tp)}")
     if origin is Literal:
+        value = _literal_from_yaml_bool(args, value)
         if value not in args:
             raise ConfigError(f"config key {key!r}: {value!r} is not one of {', '.join(map(repr, args))}")
         return value
@@ -205,6 +206,18 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         val_tp = args[1] if len(args) == 2 else Any
         return {str(k): _coerce(val_tp, v, f"{key}.{k}") for k, v in value.items()}
     return _coerce_scalar(tp, value, key)
+
+
+# YAML 1.1 reads these words as booleans, so `mixed_precision: no` arrives as False.
+_YAML_BOOL_WORDS = {False: ("no", "off", "false", "n"), True: ("yes", "on", "true", "y")}
+
+
+def _literal_from_yaml_bool(choices: tuple, value: Any) -> Any:
+    """The one choice YAML turned into a bool, when exactly one choice is such a word."""
+    if not isinstance(value, bool):
+        return value
+    words = [c for c in choices if isinstance(c, str) and c.lower() in _YAML_BOOL_WORDS[value]]
+    return words[0] if len(words) == 1 else value
 
 
 def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
@@ -229,6 +242,7 @@ def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
             return str(value)
     elif isinstance(tp, type) and isinstance(value, tp):
         return value
+    hint = " (YAML reads yes/no/on/off as booleans: quote the word)" if tp is str and isinstance(value, bool) else ""
     raise ConfigError(
-        f"config key {key!r}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}"
+        f"config key {key!r}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}{hint}"
     )

@@ -127,6 +127,9 @@ class Captioner(nn.Module):
         super().__init__()
         if cfg.d_model % cfg.n_heads:
             raise ConfigError(f"model.d_model ({cfg.d_model}) must be divisible by model.n_heads ({cfg.n_heads})")
+        for key in ("enc_layers", "dec_layers"):
+            if getattr(cfg, key) < 1:
+                raise ConfigError(f"model.{key} must be at least 1, got {getattr(cfg, key)}")
         self.cfg, self.vocab_size, self.max_len = cfg, vocab_size, max_len
         d = cfg.d_model
         if cfg.visual_stem == "patch_conv":

@@ -90,6 +90,21 @@ def test_wrong_types_are_errors(override, needle):
         load_config(Demo, None, [override])
 
 
+def test_yaml_boolean_words_reach_literal_choices(tmp_path):
+    @dataclass
+    class Precision:
+        mixed_precision: Literal["auto", "no", "bf16"] = "auto"
+        name: str = "run"
+
+    assert load_config(Precision, None, ["mixed_precision=no"]).mixed_precision == "no"
+    (tmp_path / "p.yaml").write_text("mixed_precision: no\n")
+    assert load_config(Precision, tmp_path / "p.yaml").mixed_precision == "no"
+    with pytest.raises(ConfigError, match="'mixed_precision': True is not one of"):
+        load_config(Precision, None, ["mixed_precision=yes"])
+    with pytest.raises(ConfigError, match="'name'.*quote the word"):
+        load_config(Precision, None, ["name=off"])
+
+
 def test_inherit_cycle_and_missing_file(tmp_path):
     (tmp_path / "a.yaml").write_text("inherit: b.yaml\n")
     (tmp_path / "b.yaml").write_text("inherit: a.yaml\n")

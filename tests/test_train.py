@@ -116,6 +116,8 @@ def test_bad_inputs_name_what_differs(tiny_data, tmp_path, capsys):
     cfg = tiny_config(tiny_data, tmp_path, name="bad", train={"epochs": 1})
     assert train_cli.main(["--config", str(cfg), "--set", "optim.learning_rate=1"]) == 2
     assert "unknown config key 'optim.learning_rate'" in capsys.readouterr().err
+    assert train_cli.main(["--config", str(cfg), "--set", "model.enc_layers=0", "--set", "run.name=e0"]) == 2
+    assert "model.enc_layers must be at least 1, got 0" in capsys.readouterr().err
     assert train_cli.main(["--config", str(cfg), "--no-progress"]) == 0
     assert train_cli.main(["--config", str(cfg), "--resume", "latest", "--set", "model.d_model=64"]) == 2
     assert "model config differs: model.d_model: checkpoint 32, now 64" in capsys.readouterr().err
