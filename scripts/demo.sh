@@ -48,7 +48,7 @@ python -m features.extract --backbone lclip --pretrained "$OUT/reward_models/wor
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/lclip.h5"
 ran+=("lclip")
 
-stage "XE training (4 epochs) -> $OUT/runs/demo_xe"
+stage "XE training (6 epochs, one encoder layer) -> $OUT/runs/demo_xe"
 python -m captioner.train --config configs/demo_xe.yaml --resume auto
 ran+=("xe")
 
