@@ -9,6 +9,7 @@ ConfigError that names the key and lists the valid ones.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -22,6 +23,25 @@ from captioner.errors import ConfigError
 
 T = TypeVar("T")
 INHERIT_KEY = "inherit"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+# yes/no/on/off: words, as in YAML 1.2; a bool field still takes them (`_coerce_scalar`).
+_BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 booleans, so that `mixed_precision: no` stays the word
+    "no": only the field's type decides whether a word means a boolean."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
+def load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)
 
 
 def read_yaml(path: str | Path, schema: type | None = None, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -31,7 +51,7 @@ def read_yaml(path: str | Path, schema: type | None = None, _seen: tuple[Path, .
         chain = " -> ".join(str(p) for p in (*_seen, path))
         raise ConfigError(f"{path}: inherit cycle: {chain}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except yaml.YAMLError as exc:
@@ -103,7 +123,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"--set {text!r}: empty key")
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = load_yaml(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
     return key.split("."), value
@@ -189,7 +209,6 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
                 errors.append(str(exc))
         raise ConfigError(f"config key {key!r}: {value!r} matches none of {_type_name(tp)}")
     if origin is Literal:
-        value = _literal_from_yaml_bool(args, value)
         if value not in args:
             raise ConfigError(f"config key {key!r}: {value!r} is not one of {', '.join(map(repr, args))}")
         return value
@@ -208,22 +227,12 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     return _coerce_scalar(tp, value, key)
 
 
-# YAML 1.1 reads these words as booleans, so `mixed_precision: no` arrives as False.
-_YAML_BOOL_WORDS = {False: ("no", "off", "false", "n"), True: ("yes", "on", "true", "y")}
-
-
-def _literal_from_yaml_bool(choices: tuple, value: Any) -> Any:
-    """The one choice YAML turned into a bool, when exactly one choice is such a word."""
-    if not isinstance(value, bool):
-        return value
-    words = [c for c in choices if isinstance(c, str) and c.lower() in _YAML_BOOL_WORDS[value]]
-    return words[0] if len(words) == 1 else value
-
-
 def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, str) and value.lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.lower()]
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -242,7 +251,6 @@ def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
             return str(value)
     elif isinstance(tp, type) and isinstance(value, tp):
         return value
-    hint = " (YAML reads yes/no/on/off as booleans: quote the word)" if tp is str and isinstance(value, bool) else ""
     raise ConfigError(
-        f"config key {key!r}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}{hint}"
+        f"config key {key!r}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}"
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from captioner.atomic import write_text
 from captioner.cli import command
-from captioner.config import build, read_yaml
+from captioner.config import load_config
 from captioner.device import pick_device
 from captioner.errors import DataError, RlcapError
 from captioner.plots import plot_panels
@@ -40,7 +40,7 @@ def load_run_config(run: Path) -> TrainConfig:
     path = run / "config.yaml"
     if not path.exists():
         raise DataError(f"{run}: no config.yaml; is this a captioner.train run folder?")
-    return build(TrainConfig, read_yaml(path, TrainConfig))
+    return load_config(TrainConfig, path)
 
 
 def reward_scores(cfg: TrainConfig, image_ids: list[int], captions: list[str],

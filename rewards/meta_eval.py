@@ -28,7 +28,7 @@ from pathlib import Path
 
 from captioner.atomic import write_json, write_text
 from captioner.cli import command
-from captioner.config import apply_overrides, build, read_yaml
+from captioner.config import load_config
 from captioner.errors import DataError
 from captioner.karpathy import read_json
 from captioner.train_config import TrainConfig, metric_context
@@ -145,8 +145,7 @@ def markdown(title: str, table: dict) -> str:
 
 
 def _suite(args: argparse.Namespace) -> MetricSuite:
-    data = read_yaml(args.config, TrainConfig) if args.config else {}
-    cfg = build(TrainConfig, apply_overrides(data, args.overrides))
+    cfg = load_config(TrainConfig, args.config, args.overrides)
     return MetricSuite(args.metrics or "all", metric_context(cfg, args.device))
 
 

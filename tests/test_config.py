@@ -90,19 +90,22 @@ def test_wrong_types_are_errors(override, needle):
         load_config(Demo, None, [override])
 
 
-def test_yaml_boolean_words_reach_literal_choices(tmp_path):
+def test_yes_no_words_mean_what_the_field_type_says(tmp_path):
     @dataclass
     class Precision:
         mixed_precision: Literal["auto", "no", "bf16"] = "auto"
         name: str = "run"
+        pooled: bool = False
 
     assert load_config(Precision, None, ["mixed_precision=no"]).mixed_precision == "no"
-    (tmp_path / "p.yaml").write_text("mixed_precision: no\n")
-    assert load_config(Precision, tmp_path / "p.yaml").mixed_precision == "no"
-    with pytest.raises(ConfigError, match="'mixed_precision': True is not one of"):
+    (tmp_path / "p.yaml").write_text("mixed_precision: no\nname: off\npooled: yes\n")
+    assert load_config(Precision, tmp_path / "p.yaml") == Precision("no", "off", True)
+    with pytest.raises(ConfigError, match="'mixed_precision': 'yes' is not one of"):
         load_config(Precision, None, ["mixed_precision=yes"])
-    with pytest.raises(ConfigError, match="'name'.*quote the word"):
-        load_config(Precision, None, ["name=off"])
+    assert load_config(Precision, None, ["pooled=off"]).pooled is False
+    assert load_config(Precision, None, ["pooled=true"]).pooled is True
+    with pytest.raises(ConfigError, match="'pooled': expected bool"):
+        load_config(Precision, None, ["pooled=maybe"])
 
 
 def test_inherit_cycle_and_missing_file(tmp_path):
@@ -120,9 +123,11 @@ def test_resolved_config_round_trips(tmp_path):
     assert load_config(Demo, tmp_path / "resolved.yaml") == cfg
 
 
-def test_every_shipped_config_loads():
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parents[1]
 
+
+def shipped_config_kinds() -> dict[Path, type]:
+    """Every YAML file under configs/ with the config class it fills."""
     from captioner.prepro import PreproConfig
     from captioner.sweep import SweepConfig
     from captioner.train_config import TrainConfig
@@ -132,23 +137,43 @@ def test_every_shipped_config_loads():
     from rewards.train_clip import TrainClipConfig
     from rewards.train_specs import TrainSpecsConfig
 
-    kinds = {"ablate_alpha.yaml": SweepConfig, "world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig, "features_patches.yaml": ExtractConfig,
-             "world_clip.yaml": TrainClipConfig, "world_specs.yaml": TrainSpecsConfig, "world_lclip.yaml": DistillConfig}
-    configs = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
+    kinds = {"ablate_alpha.yaml": SweepConfig, "world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig,
+             "features_patches.yaml": ExtractConfig, "world_clip.yaml": TrainClipConfig,
+             "world_specs.yaml": TrainSpecsConfig, "world_lclip.yaml": DistillConfig}
+    return {path: kinds.get(path.name, TrainConfig) for path in sorted((ROOT / "configs").rglob("*.yaml"))}
+
+
+def test_every_shipped_config_loads():
+    configs = shipped_config_kinds()
     assert len(configs) >= 9
-    for path in configs:
-        load_config(kinds.get(path.name, TrainConfig), path)
+    for path, kind in configs.items():
+        load_config(kind, path)
 
 
 def test_the_shipped_sweep_builds_one_scst_run_per_alpha():
     from captioner.sweep import SweepConfig, check_sweep, run_config
 
-    root = Path(__file__).resolve().parents[1]
-    cfg = load_config(SweepConfig, root / "configs" / "ablate_alpha.yaml")
+    cfg = load_config(SweepConfig, ROOT / "configs" / "ablate_alpha.yaml")
     check_sweep(cfg)
-    cfg.base = str(root / cfg.base)
+    cfg.base = str(ROOT / cfg.base)
     mixes = [run_config(cfg, alpha).scst.rewards for alpha in cfg.alphas]
     assert mixes[0] == {"l_clip_s": 0.0, "cider_d": 1.0} and mixes[-1] == {"l_clip_s": 1.0, "cider_d": 0.0}
     assert mixes[1] == {"l_clip_s": 0.3, "cider_d": 0.7}
     assert {run_config(cfg, a).run.name for a in cfg.alphas} == {"alpha_0", "alpha_0.3", "alpha_0.5", "alpha_0.7",
                                                                 "alpha_1"}
+
+
+def test_every_shipped_scst_start_has_the_model_shape_of_the_run_it_starts_from():
+    """`scst.init_from` names a shipped XE run's checkpoint; the SCST model must be built like it."""
+    from captioner.sweep import SweepConfig, run_config
+    from captioner.train_config import TrainConfig
+
+    trains = [load_config(kind, path) for path, kind in shipped_config_kinds().items() if kind is TrainConfig]
+    sweep = load_config(SweepConfig, ROOT / "configs" / "ablate_alpha.yaml")
+    sweep.base = str(ROOT / sweep.base)
+    starts = [cfg for cfg in trains if cfg.scst.init_from] + [run_config(sweep, a) for a in sweep.alphas]
+    models = {cfg.run.name: cfg.model for cfg in trains}
+    assert len(starts) >= 5
+    for cfg in starts:
+        source = Path(cfg.scst.init_from).parts[-3]  # runs/.../<run name>/checkpoints/best
+        assert cfg.model == models[source], f"{cfg.run.name}: model differs from run {source!r} it starts from"
