@@ -14,23 +14,34 @@ larger of the two reward shares.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
-from captioner.cli import command
 from captioner.decoding import beam_search, greedy, sample
 from captioner.model import Captioner, ModelConfig
 from captioner.scst import loo_baseline
-from captioner.timing import median_seconds
 from captioner.vocab import Vocab
-from rewards.cider_df import document_frequency, save_df
-from rewards.ptb import ptb_tokenize
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import option
+from plumbing.ptb import ptb_tokenize
+from plumbing.timing import COCO_1K, median_seconds
+from rewards import RewardBank, ScoringContext, document_frequency, save_df
+
+
+@dataclass
+class DecodeBenchConfig:
+    which: Literal["decode", "scst"] = option("decode", help="the benchmark to run", positional=True)
+    images: int = option(50, help="images per batch")
+    model: Literal["reference", "world"] = option("reference", help="decode: the model size")
+    repeats: int = option(3, help="repeats per measurement (medians are reported)")
+
 
 WORLD_MODEL = ModelConfig(d_model=192, n_heads=4, enc_layers=3, dec_layers=3, d_ff=512, visual_stem="linear")
 
@@ -68,10 +79,7 @@ def bench_decode(model_cfg: ModelConfig, images: int, tokens: int, feat_dim: int
 def bench_scst(model_cfg: ModelConfig, images: int, tokens: int, feat_dim: int, repeats: int, k: int = 5) -> dict:
     import time
 
-    from rewards.bank import RewardBank, RewardContext
-    from rewards.bench import DEFAULT_DATA
-
-    data = json.loads(DEFAULT_DATA.read_text())
+    data = json.loads(COCO_1K.read_text())
     refs = {d["image_id"]: d["refs"] for d in data}
     words = sorted({w for rs in refs.values() for r in rs for w in ptb_tokenize(r).split()})
     vocab = Vocab({str(i + 1): w for i, w in enumerate(words)})
@@ -79,7 +87,7 @@ def bench_scst(model_cfg: ModelConfig, images: int, tokens: int, feat_dim: int, 
         df_path = Path(tmp) / "df.json.gz"
         df, n_docs = document_frequency([[ptb_tokenize(r).split() for r in rs] for rs in refs.values()])
         save_df(df_path, df, n_docs, "ptb-python")
-        bank = RewardBank.from_config({"cider_d": 1.0}, RewardContext(references=refs, cider_df=str(df_path)))
+        bank = RewardBank.from_config({"cider_d": 1.0}, ScoringContext(references=refs, cider_df=str(df_path)))
     torch.manual_seed(0)
     model = Captioner(model_cfg, len(vocab), 16, feat_dim, tokens, feat_dim).train()
     ids = torch.tensor(list(refs)[:images])
@@ -114,13 +122,8 @@ def _sample(model, att, fc, mask, cache):
 
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m captioner.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", nargs="?", default="decode", choices=["decode", "scst"])
-    parser.add_argument("--images", type=int, default=50)
-    parser.add_argument("--model", choices=["reference", "world"], default="reference")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+    parser = config_parser(DecodeBenchConfig, "python -m captioner.bench", __doc__)
+    args, _ = parse_config(DecodeBenchConfig, parser, argv)
     if args.which == "scst":
         rows = {"reference": bench_scst(ModelConfig(), args.images, 49, 2048, args.repeats),
                 "world": bench_scst(WORLD_MODEL, args.images, 64, 192, args.repeats)}
@@ -135,7 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = bench_decode(model_cfg, args.images, tokens, feat_dim, vocab, 16, args.repeats)
     modes = {name: row for name, row in rows.items() if isinstance(row, dict)}
     for name, row in modes.items():
-        print(f"{name:10s} cached {row['cached_captions_per_s']:8.1f}/s  uncached {row['uncached_captions_per_s']:8.1f}/s"
+        print(f"{name:10s} cached {row['cached_captions_per_s']:8.1f}/s  "
+              f"uncached {row['uncached_captions_per_s']:8.1f}/s"
               f"  end-to-end x{row['end_to_end_speedup']:.2f}  decoding loop x{row['decode_loop_speedup']:.2f}"
               f"  ({row['mean_tokens']} tokens)")
     print(f"encoder pass (shared by both paths): {rows['encode_s']:.3f}s")

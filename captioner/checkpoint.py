@@ -13,10 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from captioner.atomic import write_json
-from captioner.config import to_dict
-from captioner.errors import DataError, RlcapError
 from captioner.vocab import Vocab
+from plumbing.atomic import write_json
+from plumbing.config import to_dict
+from plumbing.errors import DataError, RlcapError
 
 STATE_FILE = "trainer_state.json"
 # The tied output embedding is saved once; accelerate warns about it on every save.

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from captioner.errors import DataError
 from features.store import FeatureReader
+from plumbing.errors import DataError
 
 
 @dataclass

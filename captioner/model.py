@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from captioner.errors import ConfigError
+from plumbing.errors import ConfigError
 
 
 @dataclass
@@ -52,7 +52,8 @@ class PatchConvStem(nn.Module):
         grid = round(n_patches ** 0.5)
         patch = round((feat_dim / 3) ** 0.5)
         if grid * grid != n_patches or 3 * patch * patch != feat_dim:
-            raise ConfigError(f"visual_stem 'patch_conv' needs `patches` features ([G*G, 3*p*p]); got [{n_patches}, {feat_dim}]")
+            raise ConfigError(f"visual_stem 'patch_conv' needs `patches` features ([G*G, 3*p*p]); "
+                              f"got [{n_patches}, {feat_dim}]")
         self.grid, self.patch = grid, patch
         layers: list[nn.Module] = [nn.Conv2d(3, channels[0], 3, padding=1), nn.GroupNorm(8, channels[0]), nn.GELU()]
         in_ch = channels[0]

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from captioner.atomic import atomic_path
+from plumbing.atomic import atomic_path
 
 
 def plot_panels(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], xlabel: str, path: str | Path,

@@ -8,7 +8,7 @@ Outputs under --out:
   refs.json         {image_id: [raw reference captions]}, for the metric suite
   cider_df.json.gz  document frequencies of the train split (one document per image)
   prepro_config.yaml
-Captions are tokenised like the metrics see them (rewards.ptb: pycocoevalcap's PTB rules).
+Captions are tokenised like the metrics see them (plumbing.ptb: pycocoevalcap's PTB rules).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import h5py
 import numpy as np
 import yaml
 
-from captioner.atomic import atomic_path, write_json
-from captioner.cli import add_config_args, command, config_from_args
-from captioner.config import dump_config, to_dict
-from captioner.errors import ConfigError
-from captioner.karpathy import ImageEntry, load_dataset
-from rewards.cider_df import document_frequency, save_df
-from rewards.ptb import ptb_tokenize
+from plumbing.atomic import atomic_path, write_json
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import dump_config, option, to_dict
+from plumbing.errors import ConfigError
+from plumbing.karpathy import ImageEntry, load_dataset
+from plumbing.ptb import ptb_tokenize
+from rewards import document_frequency, save_df
 
 UNK = "UNK"
 TOKENIZER = "ptb-python"
@@ -37,10 +37,10 @@ TOKENIZER = "ptb-python"
 
 @dataclass
 class PreproConfig:
-    dataset: str = ""
-    out: str = ""
-    min_count: int = 5
-    max_len: int = 16
+    dataset: str = option("", help="Karpathy-format dataset.json (COCO, Flickr, the offline world)")
+    out: str = option("", help="output directory")
+    min_count: int = option(5, help="words seen fewer times in train become UNK")
+    max_len: int = option(16, help="captions are cut to this many tokens")
 
 
 def tokenize_captions(entries: list[ImageEntry]) -> list[list[list[str]]]:
@@ -124,25 +124,14 @@ def prepro(cfg: PreproConfig) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m captioner.prepro",
-        description="Turn a Karpathy-format dataset.json (COCO, Flickr, the offline world) into "
-        "vocab.json, labels.h5, refs.json and the train split's CIDEr document frequencies.",
-    )
-    parser.add_argument("--dataset", help="Karpathy-format dataset.json")
-    parser.add_argument("--out", help="output directory")
-    parser.add_argument("--min-count", type=int, help="words seen fewer times in train become UNK (default 5)")
-    parser.add_argument("--max-len", type=int, help="captions are cut to this many tokens (default 16)")
+    parser = config_parser(PreproConfig, "python -m captioner.prepro", __doc__)
     parser.add_argument("--force", action="store_true", help="redo even if --out is up to date")
-    add_config_args(parser)
     return parser
 
 
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    flags = {"dataset": args.dataset, "out": args.out, "min_count": args.min_count, "max_len": args.max_len}
-    cfg = config_from_args(PreproConfig, args, flags)
+    cfg, args = parse_config(PreproConfig, build_parser(), argv)
     if not args.force and is_complete(cfg):
         print(f"{cfg.out} is up to date with {cfg.dataset}; nothing to do (--force to redo)")
         return 0

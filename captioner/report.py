@@ -8,29 +8,22 @@ epoch with the score of every reward that can be built for the run, and the reso
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from captioner.atomic import write_text
-from captioner.cli import command
-from captioner.config import load_config
-from captioner.device import pick_device
-from captioner.errors import DataError, RlcapError
 from captioner.plots import plot_panels
-from captioner.run_log import markdown_table, read_metrics
-from captioner.select import (
-    TRAINING_ONLY,
-    Selection,
-    format_value,
-    metric_columns,
-    metric_mode,
-    select_epoch,
-)
-from captioner.train_config import TrainConfig
-from rewards.bank import RewardContext, available_rewards, make_reward
-from rewards.references import load_references
+from captioner.run_log import read_metrics
+from captioner.select import TRAINING_ONLY, Selection, metric_columns, metric_mode, select_epoch
+from captioner.train_config import TrainConfig, scoring_context
+from plumbing.atomic import write_text
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import load_config, option, require_keys
+from plumbing.device import pick_device
+from plumbing.errors import DataError, RlcapError
+from plumbing.tables import format_table, format_value
+from rewards import ScoringContext, available_rewards, make_reward
 
 # `constant` exists to test the bank; it says nothing about a caption.
 NOT_REPORTED_REWARDS = {"constant"}
@@ -44,10 +37,8 @@ def load_run_config(run: Path) -> TrainConfig:
 
 
 def reward_scores(cfg: TrainConfig, image_ids: list[int], captions: list[str],
-                  references: dict) -> tuple[dict[str, list[float]], dict[str, str]]:
+                  context: ScoringContext) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Every reward the run's context can build, scored on the given captions; and why others could not."""
-    context = RewardContext(references=references, cider_df=cfg.data.cider_df, cider_eos=cfg.scst.cider_eos,
-                            device=str(pick_device("auto")), reward_models=cfg.reward_models, shared={})
     scores, skipped = {}, {}
     for name in available_rewards():
         if name in NOT_REPORTED_REWARDS:
@@ -99,14 +90,15 @@ def write_curves(run: Path, records: list[dict], columns: list[str]) -> list[Pat
 def sample_section(cfg: TrainConfig, run: Path, epoch: int, count: int) -> str:
     captions = read_samples(run, epoch)
     image_ids = sorted(captions)[:count]
-    references = load_references(cfg.data.refs)
+    context = scoring_context(cfg, str(pick_device("auto")))
+    references = context.references
     texts = [captions[i] for i in image_ids]
-    scores, skipped = reward_scores(cfg, image_ids, texts, references)
+    scores, skipped = reward_scores(cfg, image_ids, texts, context)
     names = list(scores)
     rows = [[str(i), texts[k], *(f"{scores[n][k]:.3f}" for n in names), (references.get(i) or [""])[0]]
             for k, i in enumerate(image_ids)]
     text = [f"Val captions of epoch {epoch}, each scored by every reward that can be built for this run.\n",
-            markdown_table(["image", "caption", *names, "a reference"], rows)]
+            format_table(["image", "caption", *names, "a reference"], rows, markdown=True)]
     if skipped:
         text.append("\nRewards not scored: " + "; ".join(f"`{n}` ({why})" for n, why in skipped.items()))
     return "\n".join(text)
@@ -115,7 +107,7 @@ def sample_section(cfg: TrainConfig, run: Path, epoch: int, count: int) -> str:
 def epoch_table(records: list[dict], columns: list[str], chosen: int) -> str:
     rows = [[str(r["epoch"]) + (" ←" if r["epoch"] == chosen else ""), str(r.get("stage", "")),
              *(format_value(r.get(c)) for c in columns)] for r in records]
-    return markdown_table(["epoch", "stage", *columns], rows)
+    return format_table(["epoch", "stage", *columns], rows, markdown=True)
 
 
 def test_section(run: Path) -> str | None:
@@ -124,7 +116,7 @@ def test_section(run: Path) -> str | None:
         return None
     corpus = json.loads(scores.read_text())["corpus"]
     return (f"From `{scores}` (`captioner.evaluate` on the test split).\n\n"
-            + markdown_table(list(corpus), [[format_value(v) for v in corpus.values()]]))
+            + format_table(list(corpus), [[format_value(v) for v in corpus.values()]], markdown=True))
 
 
 def selection_line(chosen: Selection, by: str, mode: str) -> str:
@@ -156,22 +148,27 @@ def build_report(run: Path, by: str | None, samples: int) -> Path:
     if test:
         parts += ["## Test split\n", test + "\n"]
     parts += ["## Curves\n", *(f"![{p.stem}]({p.name})\n" for p in figures)]
-    parts += ["## Sample captions and their rewards\n", sample_section(cfg, run, chosen.record["epoch"], samples) + "\n"]
+    parts += ["## Sample captions and their rewards\n",
+              sample_section(cfg, run, chosen.record["epoch"], samples) + "\n"]
     parts += ["## Resolved config\n", "```yaml\n" + (run / "config.yaml").read_text().rstrip() + "\n```\n"]
     path = run / "report.md"
     write_text(path, "\n".join(parts))
     return path
 
 
+@dataclass
+class ReportConfig:
+    run: str = option("", help="a captioner.train run folder")
+    by: str | None = option(None, help="metric that picks the checkpoint (default: the run's eval.select_by)")
+    samples: int = option(8, help="sample captions shown with their rewards")
+
+
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m captioner.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", required=True, type=Path, help="a captioner.train run folder")
-    parser.add_argument("--by", help="metric that picks the checkpoint (default: the run's eval.select_by)")
-    parser.add_argument("--samples", type=int, default=8, help="sample captions shown with their rewards")
-    args = parser.parse_args(argv)
-    path = build_report(args.run, args.by, args.samples)
+    parser = config_parser(ReportConfig, "python -m captioner.report", __doc__)
+    cfg, _ = parse_config(ReportConfig, parser, argv)
+    require_keys(cfg, ("run",), "report")
+    path = build_report(Path(cfg.run), cfg.by, cfg.samples)
     print(f"report: {path}")
     return 0
 

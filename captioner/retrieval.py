@@ -7,21 +7,19 @@ model can be compared with "copy the most similar training caption".
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from captioner.atomic import write_json
-from captioner.cli import add_config_args, command
-from captioner.config import load_config
 from captioner.data import Labels
-from captioner.train_config import TrainConfig, metric_context
+from captioner.train_config import TrainConfig, scoring_context
 from features.store import FeatureReader
-from rewards.references import load_references
-from rewards.score import format_table
-from rewards.suite import MetricSuite
+from plumbing.atomic import write_json
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import option
+from rewards import MetricSuite
 
 
 def _normalised(x: np.ndarray) -> np.ndarray:
@@ -41,25 +39,29 @@ def retrieve(labels: Labels, feats: FeatureReader, refs: dict[int, list[str]], s
     return captions
 
 
+@dataclass
+class RetrievalConfig(TrainConfig):
+    """A training config (its data, metrics and reward models) plus what the baseline needs."""
+
+    split: str = option("val", help="the split whose images get retrieved captions")
+    out: str | None = option(None, help="write the retrieved captions (COCO results format)")
+
+
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m captioner.retrieval", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_args(parser)
-    parser.add_argument("--split", default="val")
-    parser.add_argument("--out", help="write the retrieved captions (COCO results format)")
-    args = parser.parse_args(argv)
-    cfg = load_config(TrainConfig, args.config, args.overrides)
-    labels, refs = Labels.load(cfg.data.labels), load_references(cfg.data.refs)
-    captions = retrieve(labels, FeatureReader(cfg.data.feats), refs, args.split)
-    if cfg.data.max_val_images and args.split == cfg.data.val_split:
+    parser = config_parser(RetrievalConfig, "python -m captioner.retrieval", __doc__)
+    cfg, _ = parse_config(RetrievalConfig, parser, argv)
+    context = scoring_context(cfg)
+    refs = context.references
+    captions = retrieve(Labels.load(cfg.data.labels), FeatureReader(cfg.data.feats), refs, cfg.split)
+    if cfg.data.max_val_images and cfg.split == cfg.data.val_split:
         captions = dict(list(captions.items())[: cfg.data.max_val_images])
-    with MetricSuite(cfg.eval.metrics, metric_context(cfg)) as suite:
+    with MetricSuite(cfg.eval.metrics, context) as suite:
         result = suite.score(captions, refs)
-    if args.out:
-        write_json(args.out, [{"image_id": i, "caption": c} for i, c in captions.items()])
-    print(format_table(result))
-    print(json.dumps({"baseline": "retrieval-fc-cosine", "split": args.split, **result.corpus}))
+    if cfg.out:
+        write_json(cfg.out, [{"image_id": i, "caption": c} for i, c in captions.items()])
+    print(result.table())
+    print(json.dumps({"baseline": "retrieval-fc-cosine", "split": cfg.split, **result.corpus}))
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from captioner.atomic import append_line, write_json
+from plumbing.atomic import append_line, write_json
 
 
 class RunLog:
@@ -41,12 +41,6 @@ class RunLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from captioner.decoding import Decoded, greedy
-from captioner.errors import ConfigError
 from captioner.vocab import Vocab
-from rewards.bank import RewardBank, RewardOutput
+from plumbing.errors import ConfigError
+from rewards import RewardBank, RewardOutput
 
 
 @dataclass

@@ -3,25 +3,36 @@ or the best run and epoch of a sweep, by any metric in metrics.jsonl, with the t
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from captioner.cli import command
-from captioner.errors import DataError
 from captioner.run_log import read_metrics
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import option
+from plumbing.errors import ConfigError, DataError
+from plumbing.tables import format_table, format_value
+from rewards import higher_is_better
 
-LOWER_IS_BETTER = {"val_loss", "train_loss", "repeat_2", "bad_ending", "hallucination_mention",
-                   "hallucination_caption", "attribute_error"}
+LOSSES = frozenset({"val_loss", "train_loss"})  # the trainer's own losses, logged beside the metrics
 NOT_METRICS = {"epoch", "step", "seconds"}
 TRAINING_ONLY = {"train_loss"}  # logged per epoch, but not a val metric worth a curve
 
 
 def metric_mode(by: str, mode: str | None = None) -> str:
-    """'min' for losses and error rates, else 'max', unless `mode` says otherwise."""
-    return mode or ("min" if by in LOWER_IS_BETTER else "max")
+    """`mode` when it is max or min; else a loss is minimised and a metric follows its own
+    direction (the metric suite's `higher_is_better`)."""
+    if mode in ("max", "min"):
+        return mode
+    if by in LOSSES:
+        return "min"
+    higher = higher_is_better(by)
+    if higher is None:
+        raise ConfigError(f"metric {by!r} has no better direction (higher or lower); say which with --mode "
+                          "(or eval.select_mode)")
+    return "max" if higher else "min"
 
 
 def best_epoch(records: list[dict], by: str, mode: str | None = None) -> dict:
@@ -38,17 +49,6 @@ def metric_columns(records: list[dict]) -> list[str]:
     for record in records:
         columns.update({k: None for k, v in record.items() if isinstance(v, float) and k not in NOT_METRICS})
     return list(columns)
-
-
-def format_value(value: object) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value if value is not None else "")
-
-
-def format_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(row[k]) for row in rows)) for k, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join(lines)
 
 
 def format_epochs(records: list[dict], columns: list[str], marked: int | None) -> str:
@@ -112,17 +112,23 @@ def _report_sweep(sweep: Path, by: str, mode: str | None) -> Selection:
     return chosen
 
 
+@dataclass
+class SelectConfig:
+    run: str | None = option(None, help="a run directory (holds metrics.jsonl)")
+    sweep: str | None = option(None, help="a sweep directory (captioner.sweep): one run folder per point")
+    by: str | None = option(None, help="metric to select by (default: cider for --run, specs for --sweep)")
+    mode: Literal["auto", "max", "min"] = option("auto", help="auto: the metric's own direction (losses: min)")
+
+
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m captioner.select", description=__doc__)
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--run", type=Path, help="a run directory (holds metrics.jsonl)")
-    where.add_argument("--sweep", type=Path, help="a sweep directory (captioner.sweep): one run folder per point")
-    parser.add_argument("--by", help="metric to select by (default: cider for --run, specs for --sweep)")
-    parser.add_argument("--mode", choices=("max", "min"), help="default: min for losses and error rates, else max")
-    args = parser.parse_args(argv)
-    by = args.by or ("cider" if args.run else "specs")
-    chosen = _report_run(args.run, by, args.mode) if args.run else _report_sweep(args.sweep, by, args.mode)
+    parser = config_parser(SelectConfig, "python -m captioner.select", __doc__)
+    cfg, _ = parse_config(SelectConfig, parser, argv)
+    if bool(cfg.run) == bool(cfg.sweep):
+        raise ConfigError("select needs exactly one of --run DIR and --sweep DIR")
+    by = cfg.by or ("cider" if cfg.run else "specs")
+    mode = None if cfg.mode == "auto" else cfg.mode
+    chosen = _report_run(Path(cfg.run), by, mode) if cfg.run else _report_sweep(Path(cfg.sweep), by, mode)
     ckpt = chosen.checkpoint
     print(f"best by {by}: {chosen.run} epoch {chosen.record['epoch']} ({chosen.record[by]:.4f})"
           + (f"; checkpoint {ckpt}" if ckpt else "; its checkpoint was pruned"))

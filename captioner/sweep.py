@@ -23,33 +23,34 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from captioner.atomic import write_json
 from captioner.checkpoint import read_checkpoint
-from captioner.cli import EXIT_INTERRUPTED, add_config_args, command, config_from_args
-from captioner.config import apply_overrides, build, dump_config, read_yaml, to_dict
-from captioner.errors import ConfigError, RlcapError
-from captioner.evaluate import decode_for_config, load_captioner, score_captions
+from captioner.inference import decode_for_config, load_captioner, score_captions
 from captioner.sweep_summary import SweepPoint, write_summary
 from captioner.train_config import TrainConfig
+from plumbing.atomic import write_json
+from plumbing.cli import EXIT_INTERRUPTED, command, config_parser, parse_config
+from plumbing.config import apply_overrides, build, dump_config, option, read_yaml, to_dict
+from plumbing.errors import ConfigError, RlcapError
 
 
 @dataclass
 class SweepConfig:
-    name: str = "sweep"
-    out_dir: str = "runs"  # the sweep lives in <out_dir>/<name>, one run folder per α
-    base: str = ""  # the SCST training config every run starts from (a path, as given on the command line)
-    reward_a: str = "l_clip_s"  # weighted by α
-    reward_b: str = "cider_d"  # weighted by 1 − α
-    alphas: list[float] = field(default_factory=lambda: [0.0, 0.3, 0.5, 0.7, 1.0])
-    select_by: str = "specs"  # each run's row in the summary is its best epoch by this metric
-    select_mode: Literal["auto", "max", "min"] = "auto"  # auto: min for losses and error rates
-    overrides: list[str] = field(default_factory=list)  # `key=value` applied to every run's config
-    launcher: Literal["inprocess", "accelerate"] = "inprocess"
-    num_processes: int = 1  # processes per run under `launcher: accelerate`
+    name: str = option("sweep", help="the sweep's folder name under out_dir (one run folder per α)")
+    out_dir: str = option("runs", help="where the sweep folder goes")
+    base: str = option("", help="the SCST training config every run starts from")
+    reward_a: str = option("l_clip_s", help="the reward weighted by α")
+    reward_b: str = option("cider_d", help="the reward weighted by 1 − α")
+    alphas: list[float] = option(factory=lambda: [0.0, 0.3, 0.5, 0.7, 1.0], help="the α values, one run each")
+    select_by: str = option("specs", help="each run's row in the summary is its best epoch by this metric")
+    select_mode: Literal["auto", "max", "min"] = option("auto", help="auto: the metric's own direction")
+    overrides: list[str] = option(factory=list, help="`key=value` applied to every run's config", flag=False)
+    launcher: Literal["inprocess", "accelerate"] = option(
+        "inprocess", help="runs in this process, or each under its own `accelerate launch`")
+    num_processes: int = option(1, help="processes per run under `launcher: accelerate`")
 
 
 def run_name(alpha: float) -> str:
@@ -171,9 +172,7 @@ def write_manifest(cfg: SweepConfig, points: list[SweepPoint]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m captioner.sweep", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_args(parser)
+    parser = config_parser(SweepConfig, "python -m captioner.sweep", __doc__)
     parser.add_argument("--summary-only", action="store_true",
                         help="train nothing; rewrite the summary, plot and hparams from the runs there")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars inside the runs")
@@ -182,8 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    cfg = config_from_args(SweepConfig, args)
+    cfg, args = parse_config(SweepConfig, build_parser(), argv)
     check_sweep(cfg)
     start = score_start(cfg)
     points = []

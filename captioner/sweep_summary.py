@@ -9,17 +9,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from captioner.atomic import write_text
-from captioner.errors import DataError
 from captioner.plots import plot_panels
-from captioner.run_log import markdown_table
-from captioner.select import (
-    TRAINING_ONLY,
-    Selection,
-    format_value,
-    metric_columns,
-    select_across,
-)
+from captioner.select import TRAINING_ONLY, Selection, metric_columns, select_across
+from plumbing.atomic import write_text
+from plumbing.errors import DataError
+from plumbing.tables import format_table, format_value
 
 
 @dataclass
@@ -39,7 +33,8 @@ class Summary:
     best: Selection
 
 
-def summary_rows(points: list[SweepPoint], by: str, mode: str | None) -> tuple[list[tuple[float, Selection]], Selection]:
+def summary_rows(points: list[SweepPoint], by: str,
+                 mode: str | None) -> tuple[list[tuple[float, Selection]], Selection]:
     """Each point's run at its best epoch, and the best of them."""
     missing = [p.run for p in points if not (p.run / "metrics.jsonl").exists()]
     if missing:
@@ -56,7 +51,7 @@ def as_markdown(rows: list[tuple[float, Selection]], columns: list[str], by: str
              for alpha, s in rows]
     head = (f"α sweep: reward = α·{rewards[0]} + (1−α)·{rewards[1]}; each run at its best epoch by {by}. "
             f"Row `start`: the shared starting checkpoint `{start.get('checkpoint')}`, scored the same way.\n\n")
-    return head + markdown_table(["α", "epoch", *columns], body) + "\n"
+    return head + format_table(["α", "epoch", *columns], body, markdown=True) + "\n"
 
 
 def as_csv(rows: list[tuple[float, Selection]], columns: list[str], start: dict) -> str:

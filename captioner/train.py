@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +21,6 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from captioner.atomic import write_text
 from captioner.checkpoint import (
     TrainerState,
     config_differences,
@@ -30,20 +28,23 @@ from captioner.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from captioner.cli import add_config_args, command
-from captioner.config import dump_config, load_config, to_dict
 from captioner.data import CaptionDataset, Labels, collate
-from captioner.errors import ConfigError, DataError, RlcapError
-from captioner.evaluation import caption_loss, decode_split
+from captioner.losses import caption_loss
 from captioner.model import Captioner
-from captioner.run_log import RunLog, markdown_table, read_metrics
+from captioner.run_log import RunLog, read_metrics
 from captioner.scst import check_scst_config, sample_table, scst_scalars, scst_step
-from captioner.train_config import TrainConfig, metric_context
+from captioner.select import metric_mode
+from captioner.train_config import TrainConfig, scoring_context
+from captioner.validation import decode_split
 from captioner.vocab import Vocab
 from features.store import FeatureReader
-from rewards.bank import RewardBank, RewardContext
-from rewards.references import load_references
-from rewards.suite import MetricSuite
+from plumbing.atomic import write_text
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import dump_config, to_dict
+from plumbing.errors import ConfigError, DataError, RlcapError
+from plumbing.schedules import lr_factor
+from plumbing.tables import format_table
+from rewards import MetricSuite, RewardBank
 
 
 def mixed_precision(name: str) -> str:
@@ -52,22 +53,6 @@ def mixed_precision(name: str) -> str:
     if torch.cuda.is_available():
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     return "no"
-
-
-def lr_lambda(cfg: TrainConfig, total_steps: int):
-    warmup, floor = cfg.optim.warmup_steps, cfg.optim.min_lr_ratio
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        if cfg.optim.schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-        if cfg.optim.schedule == "linear":
-            return floor + (1 - floor) * (1 - progress)
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return factor
 
 
 def build_model(cfg: TrainConfig, state: TrainerState) -> Captioner:
@@ -121,7 +106,8 @@ def init_weights(model: Captioner, checkpoint: str, vocab: Vocab) -> None:
     path = Path(checkpoint)
     _, _, saved_vocab = read_checkpoint(path)
     if saved_vocab != vocab:
-        raise DataError(f"scst.init_from {path}: its vocabulary differs from the data's: {saved_vocab.differences(vocab)}")
+        raise DataError(f"scst.init_from {path}: its vocabulary differs from the data's: "
+                        f"{saved_vocab.differences(vocab)}")
     try:
         load_model(model, str(path / "model.safetensors"))
     except (RuntimeError, FileNotFoundError) as exc:
@@ -179,30 +165,30 @@ class Trainer:
             resume = "latest" if (self.run_dir / "checkpoints" / "last").exists() else None
         ckpt = resolve_checkpoint(self.run_dir, resume) if resume else None
         self.state = check_resume(ckpt, cfg, self.vocab, shapes) if ckpt else shapes
-        self.refs = load_references(cfg.data.refs)
+        # one scoring context per process: references, CIDEr df and the CLIP-family models, shared
+        # by the reward bank and the metric suite
+        self.scoring = scoring_context(cfg, str(self.accelerator.device))
+        self.refs = self.scoring.references
         train_loader, val_loader, self.train_ds = make_loaders(cfg, self.labels)
         model = build_model(cfg, self.state)
         if cfg.scst.init_from and not ckpt:
             init_weights(model, cfg.scst.init_from, self.vocab)
         self.bank = None
-        self.shared: dict = {}  # one CLIP-family model per process, shared by rewards and metrics
         if uses_scst(cfg):
             check_scst_config(cfg.scst)
-            self.bank = RewardBank.from_config(cfg.scst.rewards, RewardContext(
-                references=self.refs, cider_df=cfg.data.cider_df, cider_eos=cfg.scst.cider_eos,
-                device=str(self.accelerator.device), reward_models=cfg.reward_models, shared=self.shared))
+            self.bank = RewardBank.from_config(cfg.scst.rewards, self.scoring)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
                                       weight_decay=cfg.optim.weight_decay)
         self.steps_per_epoch = self._steps_per_epoch(len(train_loader))
         total = self.steps_per_epoch * cfg.train.epochs
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(
+            cfg.optim.warmup_steps, total, cfg.optim.schedule, cfg.optim.min_lr_ratio))
         self.model, self.optimizer, self.train_loader, self.val_loader, self.scheduler = self.accelerator.prepare(
             model, optimizer, train_loader, val_loader, scheduler)
         if ckpt:
             self.accelerator.load_state(str(ckpt))
         self.log = RunLog(self.run_dir, self.accelerator.is_main_process)
-        self.suite = MetricSuite(cfg.eval.metrics, metric_context(cfg, str(self.accelerator.device), self.shared)) \
-            if self.accelerator.is_main_process else None
+        self.suite = MetricSuite(cfg.eval.metrics, self.scoring) if self.accelerator.is_main_process else None
         if self.accelerator.is_main_process:
             dump_config(cfg, self.run_dir / "config.yaml")
             self._drop_metrics_after(self.state.epoch)
@@ -285,7 +271,8 @@ class Trainer:
             if self.state.stage == "scst":
                 self.log.scalars(scst_scalars(self.accelerator, self.scst, self.cfg.scst.k), step)
         if self.state.stage == "scst" and step % self.cfg.scst.sample_table_every == 0:
-            self.log.text("train/samples", markdown_table(*sample_table(self.scst, self.scst_ids, self.cfg.scst.k)), step)
+            header, rows = sample_table(self.scst, self.scst_ids, self.cfg.scst.k)
+            self.log.text("train/samples", format_table(header, rows, markdown=True), step)
         every = self.cfg.checkpoint.every_steps
         if every and step % every == 0:
             self.state.epoch, self.state.step_in_epoch = epoch, consumed
@@ -309,7 +296,8 @@ class Trainer:
             if score is None:
                 raise ConfigError(f"eval.select_by {cfg.eval.select_by!r} is not among the computed metrics "
                                   f"{sorted(metrics)}; add it to eval.metrics")
-            better = (lambda a, b: a > b) if cfg.eval.select_mode == "max" else (lambda a, b: a < b)
+            better = (lambda a, b: a > b) if metric_mode(cfg.eval.select_by, cfg.eval.select_mode) == "max" \
+                else (lambda a, b: a < b)
             is_best = self.state.best_score is None or better(score, self.state.best_score)
         is_best = bool(self.accelerator.gather(torch.tensor([is_best], device=self.accelerator.device))[0])
         if is_best and score is not None:
@@ -331,13 +319,11 @@ class Trainer:
         rows = []
         for image_id in list(self.val_captions)[: self.cfg.eval.show_samples]:
             rows.append([str(image_id), self.val_captions[image_id], (self.refs.get(image_id) or [""])[0]])
-        return markdown_table(["image", "caption", "a reference"], rows)
+        return format_table(["image", "caption", "a reference"], rows, markdown=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m captioner.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_args(parser)
+    parser = config_parser(TrainConfig, "python -m captioner.train", __doc__)
     parser.add_argument("--resume", help="'latest' (this run's last checkpoint), 'auto' (latest if there is one, "
                         "else start) or a checkpoint directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs and CI)")
@@ -346,8 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    cfg = load_config(TrainConfig, args.config, args.overrides)
+    cfg, args = parse_config(TrainConfig, build_parser(), argv)
     for key in ("labels", "vocab", "refs", "feats"):
         if not getattr(cfg.data, key):
             raise ConfigError(f"config key 'data.{key}' is required")

@@ -7,8 +7,9 @@ from typing import Literal
 
 from captioner.model import ModelConfig
 from captioner.scst import ScstConfig
-from rewards.model_spec import RewardModelSpec
-from rewards.suite import MetricContext
+from features.clip_models.spec import RewardModelSpec
+from plumbing.references import load_references
+from rewards import ScoringContext
 
 
 @dataclass
@@ -64,7 +65,7 @@ class EvalConfig:
     length_penalty: float = 0.0
     batch_size: int = 100
     select_by: str = "cider"
-    select_mode: Literal["max", "min"] = "max"
+    select_mode: Literal["auto", "max", "min"] = "auto"  # auto: the metric's own direction
     show_samples: int = 8
 
 
@@ -88,7 +89,9 @@ class TrainConfig:
     reward_models: dict[str, RewardModelSpec] = field(default_factory=dict)
 
 
-def metric_context(cfg: TrainConfig, device: str = "auto", shared: dict | None = None) -> MetricContext:
-    """The metric suite's context from a training config (paths, reward models, device)."""
-    return MetricContext(cider_df=cfg.data.cider_df, scenes=cfg.data.scenes, reward_models=cfg.reward_models,
-                         device=device, shared={} if shared is None else shared)
+def scoring_context(cfg: TrainConfig, device: str = "auto",
+                    references: dict[int, list[str]] | None = None) -> ScoringContext:
+    """The one place a training config becomes the scoring context its rewards and metrics share."""
+    refs = load_references(cfg.data.refs) if references is None and cfg.data.refs else references
+    return ScoringContext(references=refs or {}, cider_df=cfg.data.cider_df, cider_eos=cfg.scst.cider_eos,
+                          scenes=cfg.data.scenes, reward_models=cfg.reward_models, device=device)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from captioner.errors import DataError
+from plumbing.errors import DataError
 
 
 class Vocab:

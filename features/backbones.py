@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torchvision import transforms
 
-from captioner.errors import ConfigError
-from rewards.open_clip_models import load_open_clip
+from features.clip_models.open_clip_models import load_open_clip
+from plumbing.errors import ConfigError
 
 
 @dataclass
@@ -94,7 +94,7 @@ class RewardModelBackbone:
     has_feats = False
 
     def __init__(self, kind: str, pretrained: str | None, device: str | torch.device = "cpu"):
-        from rewards.reward_models import RewardModelSpec, load_reward_model
+        from features.clip_models.factory import RewardModelSpec, load_reward_model
 
         self.model = load_reward_model(RewardModelSpec(kind=kind, weights=pretrained), device)
         self.name, self.fingerprint, self.transform = kind, self.model.fingerprint, self.model.preprocess

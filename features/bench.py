@@ -7,17 +7,26 @@ measurement and reporting medians. The last line printed is one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from captioner.cli import command
-from captioner.world.generate import WorldConfig, generate
 from features.extract import ExtractConfig, extract
+from features.world.generate import WorldConfig, generate
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import option
+
+
+@dataclass
+class FeaturesBenchConfig:
+    images: int = option(1000, help="world images to render and extract")
+    clip_images: int = option(96, help="images for the open_clip extraction")
+    arch: str = option("ViT-B-32", help="open_clip architecture (random init)")
+    repeats: int = option(3, help="repeats per measurement (medians are reported)")
 
 
 def median_rate(fn: Callable[[int], None], items: int, repeats: int) -> dict:
@@ -33,12 +42,8 @@ def median_rate(fn: Callable[[int], None], items: int, repeats: int) -> dict:
 
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m features.bench", description=__doc__)
-    parser.add_argument("--images", type=int, default=1000, help="world images to render and extract")
-    parser.add_argument("--clip-images", type=int, default=96, help="images for the open_clip extraction")
-    parser.add_argument("--arch", default="ViT-B-32", help="open_clip architecture (random init)")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+    parser = config_parser(FeaturesBenchConfig, "python -m features.bench", __doc__)
+    args, _ = parse_config(FeaturesBenchConfig, parser, argv)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
 
@@ -59,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         small.write_text(json.dumps({"images": full["images"][: args.clip_images]}))
 
         def clip(k: int) -> None:
-            extract(ExtractConfig(dataset=str(small), images_root=str(root / "world0"), backbone=f"open_clip:{args.arch}",
+            extract(ExtractConfig(dataset=str(small), images_root=str(root / "world0"),
+                                  backbone=f"open_clip:{args.arch}",
                                   out=str(root / f"clip{k}.h5"), embeds_out=str(root / f"emb{k}.h5"), batch_size=32),
                     progress=False)
 

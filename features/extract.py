@@ -8,7 +8,6 @@ Resumable: an interrupted run leaves *.partial files and the next run skips the 
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,30 +18,32 @@ import numpy as np
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from captioner.cli import add_config_args, command, config_from_args
-from captioner.config import dump_config, require_keys
-from captioner.device import pick_device
-from captioner.errors import ConfigError, DataError
-from captioner.karpathy import load_dataset
 from features.backbones import make_backbone
 from features.images import ImageFiles, check_images_exist, collate
 from features.store import FeatureWriter, check_identity
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import dump_config, option, require_keys
+from plumbing.device import pick_device
+from plumbing.errors import ConfigError, DataError
+from plumbing.karpathy import load_dataset
 
 
 @dataclass
 class ExtractConfig:
-    dataset: str = ""
-    images_root: str = ""
-    backbone: str = "patches"
-    pretrained: str | None = None
-    out: str = ""
-    embeds_out: str | None = None
-    image_size: int = 64  # patches backbone only; open_clip uses its model's size
-    patch: int = 8
-    batch_size: int = 64
-    workers: int = 2
-    dtype: str = "float16"
-    device: str = "auto"
+    dataset: str = option("", help="Karpathy-format dataset.json")
+    images_root: str = option("", help="folder that filepath/filename entries are relative to")
+    backbone: str = option("patches", help="'patches' (no weights), 'open_clip:<arch>' (e.g. open_clip:ViT-B-32), "
+                           "or, for reward-model embeddings only, 'longclip' (SPECS) or 'lclip' (L-CLIP)")
+    pretrained: str | None = option(None, help="weights: a local file (.pt/.safetensors/.ckpt); for open_clip also "
+                                    "a hub tag")
+    out: str = option("", help="output feats.h5 (captioner features)")
+    embeds_out: str | None = option(None, help="write L2-normalised image embeddings here (embeds/<key>.h5)")
+    image_size: int = option(64, help="patches backbone: resize images to this side (open_clip uses its model's)")
+    patch: int = option(8, help="patches backbone: patch side in pixels")
+    batch_size: int = option(64, help="images per batch")
+    workers: int = option(2, help="DataLoader workers")
+    dtype: str = option("float16", help="float16 or float32 for feats.h5")
+    device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
 
 
 def extract(cfg: ExtractConfig, on_batch: Callable[[int], None] | None = None, progress: bool = True) -> Path:
@@ -134,35 +135,10 @@ def _write_batch(writers: dict[str, FeatureWriter], enc, image_ids: list[int], d
         writers["embeds"].append(image_ids, {"image": enc.embed.float().cpu().numpy().astype(np.float32)})
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m features.extract",
-        description="Extract captioner features (and reward-model image embeddings) into HDF5. "
-        "Resumable: re-run the same command after an interruption.",
-    )
-    parser.add_argument("--dataset", help="Karpathy-format dataset.json")
-    parser.add_argument("--images-root", help="folder that filepath/filename entries are relative to")
-    parser.add_argument("--backbone", help="'patches' (no weights), 'open_clip:<arch>' (e.g. open_clip:ViT-B-32), "
-                        "or, for reward-model embeddings only, 'longclip' (SPECS) or 'lclip' (L-CLIP)")
-    parser.add_argument("--pretrained", help="weights: a local file (.pt/.safetensors/.ckpt); for open_clip also "
-                        "a hub tag")
-    parser.add_argument("--out", help="output feats.h5 (captioner features)")
-    parser.add_argument("--embeds-out", help="write L2-normalised image embeddings here (embeds/<key>.h5)")
-    parser.add_argument("--image-size", type=int, help="patches backbone: resize images to this side (default 64)")
-    parser.add_argument("--patch", type=int, help="patches backbone: patch side in pixels (default 8)")
-    parser.add_argument("--batch-size", type=int, help="images per batch (default 64)")
-    parser.add_argument("--workers", type=int, help="DataLoader workers (default 2)")
-    parser.add_argument("--device", help="auto (GPU when present), cpu or cuda")
-    add_config_args(parser)
-    return parser
-
-
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    flags = {k: getattr(args, k) for k in ("dataset", "images_root", "backbone", "pretrained", "out", "embeds_out",
-                                            "image_size", "patch", "batch_size", "workers", "device")}
-    cfg = config_from_args(ExtractConfig, args, flags)
+    parser = config_parser(ExtractConfig, "python -m features.extract", __doc__)
+    cfg, _ = parse_config(ExtractConfig, parser, argv)
     out = extract(cfg)
     with h5py.File(out, "r") as h5:
         summary = {"out": str(out), "images": int(h5["image_ids"].shape[0]), "backbone": h5.attrs["backbone"],

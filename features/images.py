@@ -10,8 +10,8 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
-from captioner.errors import DataError
-from captioner.karpathy import ImageEntry
+from plumbing.errors import DataError
+from plumbing.karpathy import ImageEntry
 
 
 def resolve_image_path(root: str | Path, entry: ImageEntry) -> str:

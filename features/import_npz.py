@@ -8,7 +8,6 @@ pooled folder, fc is the mean of each image's regions.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import zipfile
@@ -19,23 +18,23 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from captioner.cli import add_config_args, command, config_from_args
-from captioner.config import dump_config
-from captioner.errors import ConfigError, DataError
-from captioner.karpathy import load_dataset
 from features.store import FeatureWriter
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import dump_config, option
+from plumbing.errors import ConfigError, DataError
+from plumbing.karpathy import load_dataset
 
 BATCH = 256
 
 
 @dataclass
 class ImportConfig:
-    att_dir: str = ""
-    fc_dir: str | None = None
-    dataset: str | None = None
-    out: str = ""
-    backbone: str = "imported-npz"
-    dtype: str = "float16"
+    att_dir: str = option("", help="folder of <image_id>.npz files with a 'feat' array [P, D]")
+    fc_dir: str | None = option(None, help="folder of <image_id>.npy pooled features (default: mean of att)")
+    dataset: str | None = option(None, help="Karpathy dataset.json: import exactly its images, in its order")
+    out: str = option("", help="output feats.h5")
+    backbone: str = option("imported-npz", help="name recorded as the features' backbone")
+    dtype: str = option("float16", help="float16 or float32")
 
 
 def npz_feat_shape(path: Path) -> tuple[int, ...]:
@@ -119,25 +118,11 @@ def import_npz(cfg: ImportConfig, progress: bool = True) -> Path:
     return Path(cfg.out)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m features.import_npz",
-        description="Convert reference-SCST feature folders (<id>.npz with 'feat', <id>.npy pooled) to feats.h5.",
-    )
-    parser.add_argument("--att-dir", help="folder of <image_id>.npz files with a 'feat' array [P, D]")
-    parser.add_argument("--fc-dir", help="folder of <image_id>.npy pooled features (default: mean of att)")
-    parser.add_argument("--dataset", help="Karpathy dataset.json: import exactly its images, in its order")
-    parser.add_argument("--out", help="output feats.h5")
-    parser.add_argument("--backbone", help="name recorded as the features' backbone (default imported-npz)")
-    add_config_args(parser)
-    return parser
-
-
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    flags = {k: getattr(args, k) for k in ("att_dir", "fc_dir", "dataset", "out", "backbone")}
-    out = import_npz(config_from_args(ImportConfig, args, flags))
+    parser = config_parser(ImportConfig, "python -m features.import_npz", __doc__)
+    cfg, _ = parse_config(ImportConfig, parser, argv)
+    out = import_npz(cfg)
     print(f"wrote {out}")
     return 0
 

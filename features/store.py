@@ -14,8 +14,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from captioner.atomic import partial_path
-from captioner.errors import DataError
+from plumbing.atomic import partial_path
+from plumbing.errors import DataError
 
 IDENTITY_ATTRS = ("backbone", "fingerprint")
 
@@ -129,7 +129,8 @@ class FeatureReader:
 
     def check_backbone(self, backbone: str) -> None:
         if self.attrs.get("backbone") != backbone:
-            raise DataError(f"{self.path}: features from backbone {self.attrs.get('backbone')!r}, expected {backbone!r}")
+            raise DataError(f"{self.path}: features from backbone {self.attrs.get('backbone')!r}, "
+                            f"expected {backbone!r}")
 
     def get(self, name: str, image_id: int) -> np.ndarray:
         try:

@@ -12,25 +12,13 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from captioner.errors import ConfigError, RlcapError
-
-
-@dataclass
-class RewardContext:
-    """What reward factories may need: references by image id and paths/options."""
-
-    references: Mapping[int, Sequence[str]] = field(default_factory=dict)
-    cider_df: str | None = None
-    cider_eos: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
-    device: str = "cpu"
-    reward_models: dict[str, Any] = field(default_factory=dict)  # key -> RewardModelSpec (CLIP family)
-    shared: dict[str, Any] = field(default_factory=dict)  # objects several rewards share (one ClipFamily)
+from plumbing.errors import ConfigError, RlcapError
+from rewards.context import ScoringContext
 
 
 class Reward(Protocol):
@@ -39,10 +27,10 @@ class Reward(Protocol):
     def __call__(self, captions: Sequence[str], image_ids: Sequence[int]) -> torch.Tensor: ...
 
 
-_FACTORIES: dict[str, Callable[[RewardContext], Reward]] = {}
+_FACTORIES: dict[str, Callable[[ScoringContext], Reward]] = {}
 
 
-def register_reward(name: str, factory: Callable[[RewardContext], Reward]) -> None:
+def register_reward(name: str, factory: Callable[[ScoringContext], Reward]) -> None:
     _FACTORIES[name] = factory
 
 
@@ -51,7 +39,7 @@ def available_rewards() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def make_reward(name: str, context: RewardContext) -> Reward:
+def make_reward(name: str, context: ScoringContext) -> Reward:
     _load_builtin()
     if name not in _FACTORIES:
         raise ConfigError(f"unknown reward {name!r}; known rewards: {', '.join(sorted(_FACTORIES))}")
@@ -70,8 +58,8 @@ class RewardBank:
         self.rewards, self.weights = dict(rewards), dict(weights)
 
     @classmethod
-    def from_config(cls, weights: Mapping[str, float], context: RewardContext | None = None) -> RewardBank:
-        context = context or RewardContext()
+    def from_config(cls, weights: Mapping[str, float], context: ScoringContext | None = None) -> RewardBank:
+        context = context if context is not None else ScoringContext()
         if not weights:
             raise ConfigError("rewards: at least one reward with a weight is needed, e.g. {cider_d: 1.0}")
         for name, weight in weights.items():
@@ -109,5 +97,5 @@ class RewardBank:
 
 
 def _load_builtin() -> None:
-    import rewards.clip_rewards
-    import rewards.text_rewards  # noqa: F401  (registers cider_d, cider, bleu_4, length, constant)
+    import rewards.clip.terms
+    import rewards.text.terms  # noqa: F401  (each registers its family's rewards)

@@ -13,7 +13,8 @@ Input formats (JSON lists; `references` may be omitted when --references gives t
 foil: accuracy at scoring the correct caption above its foil, per foil kind; pairs: accuracy at
 preferring the human choice, per category; human: Kendall τ_b, τ_c and Pearson r against the
 mean rating. A tie counts one half. Metrics come from the suite (--metrics, default all that are
-available); CLIP-family metrics need `reward_models` in --config (image embeddings for the ids).
+available); CLIP-family metrics need `reward_models` in --config (e.g. configs/scoring_world.yaml, with image
+embeddings for the ids).
 Prints a table, writes JSON (--out) and a markdown section (--markdown), both atomically.
 `world-foils` writes the offline world's foil file from scenes.json.
 """
@@ -22,202 +23,90 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass
 
-from captioner.atomic import write_json, write_text
-from captioner.cli import command
-from captioner.config import load_config
-from captioner.errors import DataError
-from captioner.karpathy import read_json
-from captioner.train_config import TrainConfig, metric_context
-from rewards.correlation import kendall_tau, pearson
+from features.world.foils import world_foils
+from features.world.scene import load_scenes
+from plumbing.atomic import write_json, write_text
+from plumbing.cli import add_config_flags, command, config_from_args
+from plumbing.config import option, require_keys
+from plumbing.karpathy import load_dataset
+from plumbing.references import load_references
+from rewards.context import ScoringContext, ScoringSettings
+from rewards.meta.tasks import foil_accuracy, human_correlation, markdown, pair_accuracy
 from rewards.suite import MetricSuite
 
-
-def _entries(path: str | Path) -> list[dict]:
-    data = read_json(path)
-    if not isinstance(data, list) or not data:
-        raise DataError(f"{path}: expected a non-empty JSON list of entries")
-    for k, entry in enumerate(data):
-        if not isinstance(entry, dict) or not isinstance(entry.get("image_id"), int):
-            raise DataError(f"{path}: entry {k} needs an integer 'image_id'")
-    return data
+TASKS = {"foil": foil_accuracy, "pairs": pair_accuracy, "human": human_correlation}
 
 
-def _text(path, k: int, entry: dict, key: str) -> str:
-    value = entry.get(key)
-    if not isinstance(value, str):
-        raise DataError(f"{path}: entry {k} (image id {entry.get('image_id')}): {key!r} must be a string")
-    return value
+@dataclass
+class MetaEvalConfig(ScoringSettings):
+    data: str = option("", help="the JSON file of the task (formats above)")
+    metrics: str = option("all", help="'all' (every available metric) or a comma list")
+    references: str | None = option(None, help="references by image id (Karpathy dataset.json, COCO annotations "
+                                    "or refs.json) for entries without 'references'")
+    out: str | None = option(None, help="write the results JSON here")
+    markdown: str | None = option(None, help="write a markdown section here (for a report)")
 
 
-def _refs(path, k: int, entry: dict, references: dict[int, list[str]] | None) -> list[str]:
-    refs = entry.get("references")
-    if refs is None and references is not None:
-        refs = references.get(entry["image_id"])
-    if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
-        raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'references' (a non-empty list "
-                        "of strings) or --references covering this id")
-    return refs
-
-
-def _win(better: float, worse: float) -> float:
-    return 1.0 if better > worse else 0.5 if better == worse else 0.0
-
-
-def foil_accuracy(path, suite: MetricSuite, references=None) -> dict:
-    entries = _entries(path)
-    result = {}
-    for field, label in (("caption", "short"), ("long_caption", "long")):
-        if field == "long_caption" and not all("long_caption" in e for e in entries):
-            continue
-        rows: list[tuple[int, str, list[str]]] = []
-        pairs: list[tuple[int, int, str]] = []  # (row of correct, row of foil, kind)
-        for k, entry in enumerate(entries):
-            refs = _refs(path, k, entry, references)
-            foils = entry.get("foils")
-            if not isinstance(foils, list) or not foils:
-                raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs a non-empty 'foils' list")
-            correct = len(rows)
-            rows.append((entry["image_id"], _text(path, k, entry, field), refs))
-            for j, foil in enumerate(foils):
-                if not isinstance(foil, dict):
-                    raise DataError(f"{path}: entry {k}: foils[{j}] must be an object with 'caption'")
-                pairs.append((correct, len(rows), str(foil.get("kind", "foil"))))
-                rows.append((entry["image_id"], _text(f"{path} foils[{j}]", k, foil, field), refs))
-        scores = suite.score_rows(*zip(*rows, strict=True))
-        result[label] = _grouped({name: [(kind, _win(values[a], values[b])) for a, b, kind in pairs]
-                                  for name, values in scores.items()})
-    return result
-
-
-def pair_accuracy(path, suite: MetricSuite, references=None) -> dict:
-    entries = _entries(path)
-    rows, meta = [], []
-    for k, entry in enumerate(entries):
-        candidates, preference = entry.get("candidates"), entry.get("preference")
-        if not (isinstance(candidates, list) and len(candidates) == 2 and all(isinstance(c, str) for c in candidates)):
-            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): 'candidates' must be two strings")
-        if preference not in (0, 1):
-            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): 'preference' must be 0 or 1")
-        refs = _refs(path, k, entry, references)
-        rows += [(entry["image_id"], candidates[0], refs), (entry["image_id"], candidates[1], refs)]
-        meta.append((preference, str(entry.get("category", "all"))))
-    scores = suite.score_rows(*zip(*rows, strict=True))
-    return _grouped({name: [(category, _win(values[2 * i + p], values[2 * i + 1 - p]))
-                            for i, (p, category) in enumerate(meta)] for name, values in scores.items()})
-
-
-def human_correlation(path, suite: MetricSuite, references=None) -> dict:
-    entries = _entries(path)
-    rows, ratings = [], []
-    for k, entry in enumerate(entries):
-        values = entry.get("ratings", [entry["rating"]] if "rating" in entry else None)
-        if not isinstance(values, list) or not values or not all(isinstance(v, (int, float)) for v in values):
-            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'ratings' (numbers) or 'rating'")
-        rows.append((entry["image_id"], _text(path, k, entry, "candidate"), _refs(path, k, entry, references)))
-        ratings.append(sum(values) / len(values))
-    scores = suite.score_rows(*zip(*rows, strict=True))
-    return {name: {"tau_b": kendall_tau(values, ratings, "b"), "tau_c": kendall_tau(values, ratings, "c"),
-                   "pearson": pearson(values, ratings), "items": len(values)} for name, values in scores.items()}
-
-
-def _grouped(outcomes: dict[str, list[tuple[str, float]]]) -> dict:
-    table = {}
-    for name, pairs in outcomes.items():
-        groups: dict[str, list[float]] = defaultdict(list)
-        for group, win in pairs:
-            groups[group].append(win)
-            if group != "all":
-                groups["all"].append(win)
-        table[name] = {group: sum(v) / len(v) for group, v in sorted(groups.items())}
-    return table
-
-
-def markdown(title: str, table: dict) -> str:
-    columns = sorted({c for row in table.values() for c in row if c != "items"})
-    lines = [f"### {title}", "", "| metric | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for name, row in table.items():
-        lines.append(f"| {name} | " + " | ".join(f"{row.get(c, float('nan')):.3f}" for c in columns) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _suite(args: argparse.Namespace) -> MetricSuite:
-    cfg = load_config(TrainConfig, args.config, args.overrides)
-    return MetricSuite(args.metrics or "all", metric_context(cfg, args.device))
-
-
-def _references(path: str | None) -> dict[int, list[str]] | None:
-    if not path:
-        return None
-    from rewards.references import load_references
-
-    return load_references(path)
-
-
-def _world_foils(args: argparse.Namespace) -> int:
-    from captioner.karpathy import load_dataset
-    from rewards.diagnostics import load_scenes
-    from rewards.world_foils import world_foils
-
-    entries = [e for e in load_dataset(args.dataset) if e.split == args.split]
-    if args.limit:
-        entries = entries[: args.limit]
-    items = world_foils(load_scenes(args.scenes), {e.image_id: e.raw_captions for e in entries},
-                        [e.image_id for e in entries], args.seed)
-    write_json(args.out, items, indent=1)
-    print(json.dumps({"out": args.out, "items": len(items), "foils": sum(len(i["foils"]) for i in items)}))
-    return 0
+@dataclass
+class WorldFoilsConfig:
+    scenes: str = option("", help="the world's scenes.json")
+    dataset: str = option("", help="the world's dataset.json")
+    split: str = option("test", help="the split whose images get foils")
+    limit: int = option(0, help="at most this many images (0 = all)")
+    seed: int = option(0, help="random seed of the foils")
+    out: str = option("", help="the foil file to write")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m rewards.meta_eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="task", required=True)
-    for task in ("foil", "pairs", "human"):
-        p = sub.add_parser(task, help=f"{task} meta-evaluation")
-        p.add_argument("--data", required=True, help="the JSON file (format above)")
-        p.add_argument("--metrics", help="comma list (default: every available metric)")
-        p.add_argument("--references", help="references by image id (Karpathy dataset.json, COCO annotations or "
-                       "refs.json) for entries without 'references'")
-        p.add_argument("--config", help="a training YAML whose reward_models / data.cider_df the metrics use")
-        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-        p.add_argument("--device", default="auto")
-        p.add_argument("--out", help="write the results JSON here")
-        p.add_argument("--markdown", help="write a markdown section here (for the run report)")
-    world = sub.add_parser("world-foils", help="write the offline world's foil file")
-    world.add_argument("--scenes", required=True)
-    world.add_argument("--dataset", required=True)
-    world.add_argument("--split", default="test")
-    world.add_argument("--limit", type=int, default=0)
-    world.add_argument("--seed", type=int, default=0)
-    world.add_argument("--out", required=True)
+    for task in TASKS:
+        add_config_flags(sub.add_parser(task, help=f"{task} meta-evaluation"), MetaEvalConfig)
+    add_config_flags(sub.add_parser("world-foils", help="write the offline world's foil file"), WorldFoilsConfig)
     return parser
 
 
-TASKS = {"foil": foil_accuracy, "pairs": pair_accuracy, "human": human_correlation}
+def write_world_foils(cfg: WorldFoilsConfig) -> dict:
+    require_keys(cfg, ("scenes", "dataset", "out"), "world-foils")
+    entries = [e for e in load_dataset(cfg.dataset) if e.split == cfg.split]
+    if cfg.limit:
+        entries = entries[: cfg.limit]
+    items = world_foils(load_scenes(cfg.scenes), {e.image_id: e.raw_captions for e in entries},
+                        [e.image_id for e in entries], cfg.seed)
+    write_json(cfg.out, items, indent=1)
+    return {"out": cfg.out, "items": len(items), "foils": sum(len(i["foils"]) for i in items)}
+
+
+def run_task(task: str, cfg: MetaEvalConfig) -> dict:
+    require_keys(cfg, ("data",), task)
+    references = load_references(cfg.references) if cfg.references else None
+    with MetricSuite(cfg.metrics, ScoringContext.from_settings(cfg)) as suite:
+        result = TASKS[task](cfg.data, suite, references)
+        skipped = dict(suite.skipped)
+    tables = result if task == "foil" else {task: result}
+    text = "".join(markdown(f"{task}: {name}", table) for name, table in tables.items())
+    print(text)
+    for name, reason in skipped.items():
+        print(f"skipped {name}: {reason}")
+    if cfg.out:
+        write_json(cfg.out, {"task": task, "data": cfg.data, "results": result, "skipped": skipped}, indent=2)
+    if cfg.markdown:
+        write_text(cfg.markdown, text)
+    return result
 
 
 @command
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    cfg = config_from_args(args.config_class, args)
     if args.task == "world-foils":
-        return _world_foils(args)
-    with _suite(args) as suite:
-        result = TASKS[args.task](args.data, suite, _references(args.references))
-        skipped = dict(suite.skipped)
-    tables = result if args.task == "foil" else {args.task: result}
-    text = "".join(markdown(f"{args.task}: {name}", table) for name, table in tables.items())
-    print(text)
-    for name, reason in skipped.items():
-        print(f"skipped {name}: {reason}")
-    if args.out:
-        write_json(args.out, {"task": args.task, "data": args.data, "results": result, "skipped": skipped}, indent=2)
-    if args.markdown:
-        write_text(args.markdown, text)
-    print(json.dumps({"task": args.task, "results": result}))
+        print(json.dumps(write_world_foils(cfg)))
+        return 0
+    print(json.dumps({"task": args.task, "results": run_task(args.task, cfg)}))
     return 0
 
 

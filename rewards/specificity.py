@@ -1,194 +1,50 @@
-"""Specificity triplets and the Specificity Rate (SPECS, papers/specs_paper.txt §3.1–3.2).
+"""`python -m rewards.specificity --weights spec.pt --dataset dataset.json --images-root DIR`
 
-A caption split into detail units d_1..d_m gives cumulative captions c_j = d_1 + … + d_j. A positive
-triplet (i, c_j, c_j + d_{j+1}) should raise the image–text similarity; a negative one
-(i, c_j, c_j + d_-), with d_- a unit of another image, should lower it.
-
-`python -m rewards.specificity` prints SR_pos, SR_neg and their average (each averaged per image,
-then over images) for any reward model on a dataset whose images carry detail units. Eq. (2) in
-the paper's text reads θ(i, c_j) < θ(i, c_j + d_-); its prose ("adding an irrelevant detail
-decreases the similarity") is what we count.
+Specificity rates (SPECS Eqs. 1-2) of a reward model on the long captions of a dataset split whose
+images carry detail units: SR_pos (adding a true detail raises the image-text similarity), SR_neg
+(adding a detail of another image lowers it) and their average. The last line is one JSON object.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-import torch
-
-from captioner.cli import command
-from captioner.device import pick_device
-from captioner.errors import DataError
-from captioner.karpathy import ImageEntry
-from rewards.contrastive import embed_images
-from rewards.embedding_scorer import EmbeddingScorer
-from rewards.model_spec import RewardModelSpec
-from rewards.reward_models import RewardModel, load_reward_model
-from rewards.training_data import load_split
+from features.clip_models.factory import load_reward_model
+from features.clip_models.spec import RewardModelSpec
+from plumbing.cli import command, config_parser, parse_config
+from plumbing.config import option, require_keys
+from plumbing.device import pick_device
+from rewards.recipes.specificity import evaluate_specificity
 
 
 @dataclass
-class Triplets:
-    rows: list[int]  # the image row of each triplet
-    base: list[str]
-    positive: list[str]
-    negative: list[str]
-
-
-def detail_units_of(entry: ImageEntry) -> list[list[str]]:
-    """The detail units of each long caption of one image (the world generator records them)."""
-    return [list(c["detail_units"]) for c in entry.extra.get("long_captions", [])
-            if isinstance(c, dict) and isinstance(c.get("detail_units"), list) and len(c["detail_units"]) >= 2]
-
-
-def join_units(units: Sequence[str]) -> str:
-    return " ".join(u.strip() for u in units)
-
-
-def shuffle_tokens(unit: str, rng: random.Random) -> str:
-    words = unit.split()
-    rng.shuffle(words)
-    return " ".join(words)
-
-
-NegativeFilter = Callable[[str, int], bool]  # (unit, row) -> may this unit be a negative for this row?
-MAX_DRAWS = 50
-
-
-def negative_unit(units: Sequence[Sequence[str]], row: int, rng: random.Random, shuffle_ratio: float,
-                  allowed: NegativeFilter | None = None) -> str:
-    """A unit from another row's caption that is not one of this row's own units (and passes
-    `allowed`, e.g. names an object absent from the image), token-shuffled with probability
-    `shuffle_ratio`. Falls back to any other row's unit when no draw passes."""
-    if len(units) < 2:
-        raise DataError("negative detail units need at least two captions in the batch")
-    own = {u.strip().lower() for u in units[row]}
-    others = [k for k in range(len(units)) if k != row]
-    unit = rng.choice(list(units[rng.choice(others)]))
-    for _ in range(MAX_DRAWS):
-        if unit.strip().lower() not in own and (allowed is None or allowed(unit, row)):
-            break
-        unit = rng.choice(list(units[rng.choice(others)]))
-    return shuffle_tokens(unit, rng) if rng.random() < shuffle_ratio else unit
-
-
-def scene_negative_filter(scenes: Mapping[int, object], image_ids: Sequence[int]) -> NegativeFilter:
-    """Offline world: a negative must name an object (color and shape) the row's scene lacks, so
-    it is false by construction (random units of this world are often true of other images)."""
-    from captioner.world.parse import parse_caption
-
-    def allowed(unit: str, row: int) -> bool:
-        scene = scenes[int(image_ids[row])]
-        present = {(o.color, o.shape) for o in scene.objects}
-        named = [(m.color, m.shape) for m in parse_caption(unit).mentions if m.color]
-        return bool(named) and all(n not in present for n in named)
-
-    return allowed
-
-
-def sample_triplets(units: Sequence[Sequence[str]], rng: random.Random, shuffle_ratio: float = 0.9,
-                    allowed: NegativeFilter | None = None) -> Triplets:
-    """One positive and one negative triplet per row at a random prefix length (training)."""
-    out = Triplets([], [], [], [])
-    for row, caption_units in enumerate(units):
-        if len(caption_units) < 2:
-            raise DataError(f"caption {row} has {len(caption_units)} detail unit(s); triplets need at least 2")
-        _add_triplet(out, units, row, rng.randrange(1, len(caption_units)), rng, shuffle_ratio, allowed)
-    return out
-
-
-def all_triplets(units: Sequence[Sequence[str]], seed: int = 0, allowed: NegativeFilter | None = None) -> Triplets:
-    """Every prefix of every caption, each with a positive and an unshuffled negative (evaluation)."""
-    rng = random.Random(seed)
-    out = Triplets([], [], [], [])
-    for row, caption_units in enumerate(units):
-        for j in range(1, len(caption_units)):
-            _add_triplet(out, units, row, j, rng, 0.0, allowed)
-    return out
-
-
-def _add_triplet(out: Triplets, units: Sequence[Sequence[str]], row: int, j: int, rng: random.Random,
-                 shuffle_ratio: float, allowed: NegativeFilter | None) -> None:
-    """(c_j, c_j + d_{j+1}, c_j + d_-) for `row`, with c_j its first j units."""
-    base = join_units(units[row][:j])
-    out.rows.append(row)
-    out.base.append(base)
-    out.positive.append(join_units(units[row][: j + 1]))
-    out.negative.append(f"{base} {negative_unit(units, row, rng, shuffle_ratio, allowed)}")
-
-
-def specificity_rates(image: torch.Tensor, triplets: Triplets, texts: dict[str, torch.Tensor]) -> dict[str, float]:
-    """SR_pos, SR_neg and their mean in percent; per image first, then over images."""
-    rows = torch.tensor(triplets.rows)
-    image = image[rows]
-
-    def theta(captions: list[str]) -> torch.Tensor:
-        return (image * torch.stack([texts[c] for c in captions])).sum(-1)
-
-    base = theta(triplets.base)
-    up = (theta(triplets.positive) > base).double()
-    down = (theta(triplets.negative) < base).double()
-    per_image_pos, per_image_neg = [], []
-    for row in rows.unique():
-        mask = rows == row
-        per_image_pos.append(up[mask].mean())
-        per_image_neg.append(down[mask].mean())
-    sr_pos = 100 * float(torch.stack(per_image_pos).mean())
-    sr_neg = 100 * float(torch.stack(per_image_neg).mean())
-    return {"sr_pos": sr_pos, "sr_neg": sr_neg, "sr_avg": (sr_pos + sr_neg) / 2, "images": len(per_image_pos),
-            "triplets": len(rows)}
-
-
-@torch.no_grad()
-def evaluate_specificity(model: RewardModel, dataset: str, images_root: str, split: str = "val", limit: int = 0,
-                         seed: int = 0, workers: int = 2, progress: bool = False,
-                         scenes: str | None = None) -> dict[str, float]:
-    data = load_split(dataset, images_root, split, model.preprocess, limit, workers, progress=progress)
-    units = [detail_units_of(e) for e in data.entries]
-    if not any(units):
-        raise DataError(f"{dataset}: no image in split {split!r} has long captions with detail units "
-                        "('long_captions': [{'raw', 'detail_units'}]); specificity needs them")
-    keep = [k for k, u in enumerate(units) if u]
-    first_units = [units[k][0] for k in keep]
-    allowed = None
-    if scenes:
-        from rewards.diagnostics import load_scenes
-
-        allowed = scene_negative_filter(load_scenes(scenes), [data.image_ids[k] for k in keep])
-    triplets = all_triplets(first_units, seed, allowed)
-    scorer = EmbeddingScorer(model, None)
-    texts = scorer.text_embeddings([*triplets.base, *triplets.positive, *triplets.negative])
-    image = embed_images(model.encode_image, data.images[keep], model.device)
-    return {**specificity_rates(image, triplets, texts), "truncated": scorer.truncated}
+class SpecificityConfig:
+    kind: Literal["open_clip", "longclip", "lclip"] = option("longclip", help="reward-model kind of --weights")
+    weights: str = option("", help="checkpoint file (or a hub tag for open_clip)")
+    arch: str = option("world-clip-tiny", help="open_clip architecture (kind open_clip)")
+    dataset: str = option("", help="Karpathy-format dataset.json with long_captions.detail_units")
+    images_root: str = option("", help="folder the dataset's image paths are relative to")
+    split: str = option("val", help="the split to measure on")
+    limit: int = option(0, help="at most this many images (0 = all)")
+    scenes: str | None = option(None, help="offline world scenes.json: negatives must name an absent object")
+    device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
 
 
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m rewards.specificity",
-        description="Specificity rates (SPECS Eqs. 1-2) of a reward model on the long captions of a dataset split "
-        "whose images carry detail units. The last line printed is one JSON object.")
-    parser.add_argument("--kind", default="longclip", choices=["open_clip", "longclip", "lclip"])
-    parser.add_argument("--weights", required=True, help="checkpoint file (or a hub tag for open_clip)")
-    parser.add_argument("--arch", default="world-clip-tiny", help="open_clip architecture (kind open_clip)")
-    parser.add_argument("--dataset", required=True, help="Karpathy-format dataset.json with long_captions.detail_units")
-    parser.add_argument("--images-root", required=True)
-    parser.add_argument("--split", default="val")
-    parser.add_argument("--limit", type=int, default=0, help="at most this many images (0 = all)")
-    parser.add_argument("--scenes", help="offline world scenes.json: negatives must name an absent object")
-    parser.add_argument("--device", default="auto")
-    args = parser.parse_args(argv)
-    model = load_reward_model(RewardModelSpec(kind=args.kind, arch=args.arch, weights=args.weights),
-                              pick_device(args.device))
-    result = evaluate_specificity(model, args.dataset, args.images_root, args.split, args.limit, progress=True,
-                                  scenes=args.scenes)
+    parser = config_parser(SpecificityConfig, "python -m rewards.specificity", __doc__)
+    cfg, _ = parse_config(SpecificityConfig, parser, argv)
+    require_keys(cfg, ("weights", "dataset", "images_root"), "specificity")
+    model = load_reward_model(RewardModelSpec(kind=cfg.kind, arch=cfg.arch, weights=cfg.weights),
+                              pick_device(cfg.device))
+    result = evaluate_specificity(model, cfg.dataset, cfg.images_root, cfg.split, cfg.limit, progress=True,
+                                  scenes=cfg.scenes)
     print(f"SR_pos {result['sr_pos']:.2f}  SR_neg {result['sr_neg']:.2f}  average {result['sr_avg']:.2f}  "
           f"({result['images']} images, {result['triplets']} triplets)")
-    print(json.dumps({"model": args.weights, "split": args.split, **result}))
+    print(json.dumps({"model": cfg.weights, "split": cfg.split, **result}))
     return 0
 
 

@@ -1,36 +1,25 @@
 """The metric suite: any subset of metrics by name, corpus and per-item scores, one registry.
 
-A metric family registers once with the names it produces and a factory that receives the
-MetricContext (paths and options); later families (the CLIP-family scores) join the same
-registry with `register_metric`, with no change here.
+A metric family registers once with the names it produces, a factory that receives the
+ScoringContext and, per name, whether higher is better (as torchmetrics' `higher_is_better`;
+None for a diagnostic with no better direction, such as the mean length). Later families (the
+CLIP-family scores) join the same registry with `register_metric`, with no change here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol, Self
+from typing import Protocol, Self
 
 import numpy as np
 
-from captioner.errors import ConfigError, RlcapError
-from rewards.batch import EvalBatch
-from rewards.ptb import ptb_tokenize
-
-
-@dataclass
-class MetricContext:
-    """What metric factories may need. `options` carries family-specific settings."""
-
-    cider_df: str | None = None
-    cider_eos: bool = False
-    scenes: str | None = None
-    tokenizer: str = "python"  # or "java" (pycocoevalcap's PTBTokenizer)
-    options: dict[str, Any] = field(default_factory=dict)
-    reward_models: dict[str, Any] = field(default_factory=dict)  # key -> RewardModelSpec (CLIP family)
-    device: str = "auto"
-    shared: dict[str, Any] = field(default_factory=dict)  # shared with the reward bank (one ClipFamily)
+from plumbing.errors import ConfigError, RlcapError
+from plumbing.ptb import ptb_tokenize
+from plumbing.tables import format_table
+from rewards.context import ScoringContext
+from rewards.text.batch import EvalBatch
 
 
 class ScoringData:
@@ -56,7 +45,7 @@ def _tokenizer(name: str) -> Callable[[list[str]], list[str]]:
     if name == "python":
         return lambda texts: [ptb_tokenize(t) for t in texts]
     if name == "java":
-        from rewards.ptb_java import java_ptb_tokenize
+        from plumbing.ptb_java import java_ptb_tokenize
 
         return java_ptb_tokenize
     raise ConfigError(f"unknown tokenizer {name!r}; use 'python' or 'java'")
@@ -76,11 +65,18 @@ class Metric(Protocol):
 class MetricSpec:
     names: tuple[str, ...]
     factory: Callable[..., Metric]  # (context) or, with wants_names, (context, requested names)
-    unavailable: Callable[[MetricContext], str | None] = lambda ctx: None
+    unavailable: Callable[[ScoringContext], str | None] = lambda ctx: None
     in_all: bool = True  # part of "all"
     wants_names: bool = False  # the family computes only the names asked for
+    lower_is_better: frozenset[str] = frozenset()  # the family's names where lower is better
+    no_direction: frozenset[str] = frozenset()  # diagnostics with no better direction
 
-    def build(self, context: MetricContext, requested: Sequence[str]) -> Metric:
+    def higher_is_better(self, name: str) -> bool | None:
+        if name in self.no_direction:
+            return None
+        return name not in self.lower_is_better
+
+    def build(self, context: ScoringContext, requested: Sequence[str]) -> Metric:
         if self.wants_names:
             return self.factory(context, [n for n in self.names if n in requested])
         return self.factory(context)
@@ -99,6 +95,14 @@ def register_metric(spec: MetricSpec) -> None:
 def available_metrics() -> list[str]:
     _load_builtin()
     return sorted(_REGISTRY)
+
+
+def higher_is_better(name: str) -> bool | None:
+    """Whether a higher value of metric `name` is better (None: no better direction)."""
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown metric {name!r}; known metrics: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name].higher_is_better(name)
 
 
 def resolve_names(names: str | Sequence[str]) -> list[str]:
@@ -124,13 +128,19 @@ class SuiteResult:
                 "per_item": {m: {str(i): v for i, v in items.items()} for m, items in self.per_item.items()},
                 "skipped": self.skipped}
 
+    def table(self) -> str:
+        """Corpus values and skipped metrics with their reasons, as an aligned text table."""
+        rows = [[name, value] for name, value in self.corpus.items()]
+        rows += [[name, f"skipped: {reason}"] for name, reason in self.skipped.items()]
+        return format_table(["metric", "value"], rows)
+
 
 class MetricSuite:
     """Metrics by name; each family is built once and reused across calls (METEOR's Java
     process lives as long as the suite)."""
 
-    def __init__(self, names: str | Sequence[str] = "all", context: MetricContext | None = None):
-        self.context = context or MetricContext()
+    def __init__(self, names: str | Sequence[str] = "all", context: ScoringContext | None = None):
+        self.context = context if context is not None else ScoringContext()
         self.names = resolve_names(names)
         self.skipped: dict[str, str] = {}
         self._families: list[tuple[MetricSpec, Metric]] = []
@@ -188,5 +198,6 @@ def mean_output(name: str, values: np.ndarray) -> MetricOutput:
 
 
 def _load_builtin() -> None:
-    import rewards.clip_rewards
-    import rewards.ngram_metrics  # noqa: F401  (registers the n-gram metrics and diagnostics)
+    import rewards.clip.terms
+    import rewards.diagnostics.terms
+    import rewards.text.terms  # noqa: F401  (each registers its family's metrics)

@@ -13,7 +13,7 @@ ran=()
 stage() { echo; echo "[demo] stage: $1"; }
 
 stage "world -> $OUT/world"
-python -m captioner.world --config configs/world.yaml --out "$OUT/world"
+python -m features.world --config configs/world.yaml --out "$OUT/world"
 ran+=("world")
 
 stage "prepro -> $OUT/data"

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from features.clip_models.lclip import LClip, LClipConfig
+from features.clip_models.longclip import stretch_state_dict
+from features.clip_models.open_clip_models import load_open_clip
 from features.extract import ExtractConfig, extract
-from rewards.lclip import LClip, LClipConfig
-from rewards.longclip import stretch_state_dict
-from rewards.open_clip_models import load_open_clip
 
 TINY_ARCH = "world-clip-tiny"
 TINY_LCLIP = LClipConfig(embed_dim=32, image_size=32, patch_size=8, vision_width=128, vision_layers=4, vision_heads=2,

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from captioner.world.generate import WorldConfig, generate
+from features.world.generate import WorldConfig, generate
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco_val_1k.json"
-needs_coco_1k = pytest.mark.skipif(not SHARED_DATA.exists(), reason=f"{SHARED_DATA} not present (shared/ beside the repo)")
+needs_coco_1k = pytest.mark.skipif(not SHARED_DATA.exists(),
+                                   reason=f"{SHARED_DATA} not present (shared/ beside the repo)")
 
 
 def load_coco_1k() -> list[dict]:

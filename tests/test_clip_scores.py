@@ -12,13 +12,12 @@ import torch.nn.functional as F
 from open_clip.tokenizer import SimpleTokenizer
 from PIL import Image
 
-from captioner.errors import ConfigError, DataError
-from rewards.bank import RewardBank, RewardContext
-from rewards.clip_family import ClipFamily
-from rewards.model_spec import RewardModelSpec
-from rewards.nouns import load_spacy
-from rewards.reward_models import load_reward_model
-from rewards.suite import MetricContext, MetricSuite
+from features.clip_models.factory import load_reward_model
+from features.clip_models.spec import RewardModelSpec
+from plumbing.errors import ConfigError, DataError
+from rewards import MetricSuite, RewardBank, ScoringContext
+from rewards.clip.family import ClipFamily
+from rewards.clip.nouns import load_spacy
 from tests.clip_fixtures import (
     TINY_ARCH,
     save_lclip,
@@ -161,17 +160,16 @@ def test_bad_inputs(models, tmp_path, batch):
 
 def test_bank_and_suite_share_one_family(models, batch):
     ids, captions, refs, _ = batch
-    shared: dict = {}
     references = {i: r for i, r in zip(ids, refs, strict=True)}
-    bank = RewardBank.from_config({"clip_s": 0.5, "ref_clip_s": 0.5}, RewardContext(
-        references=references, reward_models=models, shared=shared))
+    context = ScoringContext(references=references, reward_models=models, device="cpu")
+    bank = RewardBank.from_config({"clip_s": 0.5, "ref_clip_s": 0.5}, context)
     out = bank(captions, ids)
     assert set(out.values) == {"clip_s", "ref_clip_s"}
     assert torch.allclose(out.total, 0.5 * out.values["clip_s"] + 0.5 * out.values["ref_clip_s"], atol=1e-6)
-    context = MetricContext(reward_models=models, shared=shared, device="cpu")
     with MetricSuite(["clip_s", "specs", "bleu_4"], context) as suite:
         result = suite.score(dict(zip(ids[::2], captions[::2], strict=True)), references)
-    assert len(shared) == 1 and set(shared["clip_family"].scorers) == {"clip", "specs"}
+    assert bank.rewards["clip_s"].family is context.clip_family
+    assert set(context.clip_family.scorers) == {"clip", "specs"}
     assert set(result.corpus) == {"clip_s", "specs", "bleu_4"}
-    with MetricSuite("all", MetricContext()) as suite:
+    with MetricSuite("all", ScoringContext()) as suite:
         assert "no reward_models.clip configured" in suite.skipped["clip_s"]

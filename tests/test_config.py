@@ -6,8 +6,8 @@ from typing import Literal
 
 import pytest
 
-from captioner.config import dump_config, load_config, read_yaml
-from captioner.errors import ConfigError
+from plumbing.config import dump_config, load_config, read_yaml
+from plumbing.errors import ConfigError
 
 
 @dataclass
@@ -131,15 +131,17 @@ def shipped_config_kinds() -> dict[Path, type]:
     from captioner.prepro import PreproConfig
     from captioner.sweep import SweepConfig
     from captioner.train_config import TrainConfig
-    from captioner.world.generate import WorldConfig
     from features.extract import ExtractConfig
-    from rewards.distill_lclip import DistillConfig
-    from rewards.train_clip import TrainClipConfig
-    from rewards.train_specs import TrainSpecsConfig
+    from features.world.generate import WorldConfig
+    from rewards.recipes.clip import TrainClipConfig
+    from rewards.recipes.distill import DistillConfig
+    from rewards.recipes.specs import TrainSpecsConfig
+    from rewards.score import ScoreConfig
 
     kinds = {"ablate_alpha.yaml": SweepConfig, "world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig,
              "features_patches.yaml": ExtractConfig, "world_clip.yaml": TrainClipConfig,
-             "world_specs.yaml": TrainSpecsConfig, "world_lclip.yaml": DistillConfig}
+             "world_specs.yaml": TrainSpecsConfig, "world_lclip.yaml": DistillConfig,
+             "scoring_world.yaml": ScoreConfig}
     return {path: kinds.get(path.name, TrainConfig) for path in sorted((ROOT / "configs").rglob("*.yaml"))}
 
 

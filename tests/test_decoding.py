@@ -47,7 +47,9 @@ def test_cached_decoding_equals_full_recomputation(model, mode):
 def test_eos_and_padding_conventions(model):
     att, fc, mask = inputs()
     with torch.no_grad():
-        for out in (greedy(model, att, fc, mask), sample(model, att, fc, mask, k=2), beam_search(model, att, fc, mask, 2)):
+        outputs = (greedy(model, att, fc, mask), sample(model, att, fc, mask, k=2),
+                   beam_search(model, att, fc, mask, 2))
+        for out in outputs:
             for row, lps in zip(out.tokens.tolist(), out.logprobs.tolist(), strict=True):
                 if 0 in row:
                     first = row.index(0)

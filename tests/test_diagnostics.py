@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from rewards.diagnostics import grounding, load_scenes, text_diagnostics
-from rewards.suite import MetricContext, MetricSuite
+from features.world.scene import load_scenes
+from rewards import MetricSuite, ScoringContext
+from rewards.diagnostics.grounding import grounding
+from rewards.diagnostics.text import text_diagnostics
 
 
 def test_text_diagnostics_by_hand():
@@ -42,6 +44,6 @@ def test_suite_grounding_on_world_references(tiny_world):
     data = json.loads((tiny_world / "dataset.json").read_text())["images"]
     preds = {im["imgid"]: im["long_captions"][0]["raw"] for im in data}
     refs = {im["imgid"]: [s["raw"] for s in im["sentences"]] for im in data}
-    out = MetricSuite("all", MetricContext(scenes=str(tiny_world / "scenes.json"))).score(preds, refs)
+    out = MetricSuite("all", ScoringContext(scenes=str(tiny_world / "scenes.json"))).score(preds, refs)
     assert out.corpus["object_recall"] == 1.0 and out.corpus["hallucination_mention"] == 0.0
     assert out.corpus["attribute_error"] == 0.0

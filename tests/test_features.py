@@ -10,12 +10,12 @@ import pytest
 import torch
 from PIL import Image
 
-from captioner.errors import DataError
 from features import extract as extract_cli
+from features.clip_models.checkpoints import fingerprint, load_state_dict_file
 from features.extract import ExtractConfig, extract
 from features.import_npz import ImportConfig, import_npz
 from features.store import FeatureReader
-from rewards.checkpoints import fingerprint, load_state_dict_file
+from plumbing.errors import DataError
 
 
 def cfg_for(world, out, **kw):
@@ -99,7 +99,7 @@ def test_unsafe_or_mismatched_weights_are_refused(tmp_path):
     with pytest.raises(DataError, match="cannot load weights safely"):
         load_state_dict_file(tmp_path / "pickle.pt")
     torch.save({"visual.proj": torch.zeros(2), "bogus.key": torch.zeros(1)}, tmp_path / "partial.pt")
-    from rewards.open_clip_models import load_open_clip
+    from features.clip_models.open_clip_models import load_open_clip
 
     with pytest.raises(DataError, match=r"missing keys .*; unexpected keys bogus\.key"):
         load_open_clip("ViT-S-32", str(tmp_path / "partial.pt"))

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from captioner.world.parse import parse_caption
+from features.world.foils import world_foils
+from features.world.parse import parse_caption
+from features.world.scene import load_scenes
 from rewards import meta_eval
-from rewards.correlation import kendall_tau, pearson
-from rewards.diagnostics import load_scenes
-from rewards.world_foils import world_foils
+from rewards.meta.correlation import kendall_tau, pearson
 
 REFS = ["a dog runs on the grass", "a brown dog running in a park", "a dog plays outside"]
 OTHER_REFS = ["a red bus on a city street", "a bus parked near a sign", "the bus is red"]

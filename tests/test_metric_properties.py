@@ -11,12 +11,12 @@ from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
 
-from rewards.batch import EvalBatch
-from rewards.bleu import bleu
-from rewards.cider import corpus_cider
-from rewards.ngrams import NgramIndex
-from rewards.rouge import lcs_length, rouge_l
 from rewards.suite import MetricSuite
+from rewards.text.batch import EvalBatch
+from rewards.text.bleu import bleu
+from rewards.text.cider import corpus_cider
+from rewards.text.ngrams import NgramIndex
+from rewards.text.rouge import lcs_length, rouge_l
 
 WORDS = st.sampled_from(["a", "dog", "cat", "on", "the", "red", "mat", "and", "b"])
 SENTENCE = st.lists(WORDS, min_size=0, max_size=12)

@@ -8,15 +8,15 @@ from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
 
-from rewards.batch import EvalBatch
-from rewards.bench import reference_cider_d
-from rewards.bleu import bleu
-from rewards.cider import CiderD, corpus_cider
-from rewards.cider_df import document_frequency
-from rewards.meteor import meteor_unavailable_reason
-from rewards.ptb import ptb_tokenize
-from rewards.rouge import rouge_l
+from plumbing.ptb import ptb_tokenize
+from rewards.benchmarks.ngram import reference_cider_d
 from rewards.suite import MetricSuite
+from rewards.text.batch import EvalBatch
+from rewards.text.bleu import bleu
+from rewards.text.cider import CiderD, corpus_cider
+from rewards.text.cider_df import document_frequency
+from rewards.text.meteor import meteor_unavailable_reason
+from rewards.text.rouge import rouge_l
 from tests.conftest import load_coco_1k, needs_coco_1k
 
 TOL = 1e-6

@@ -6,8 +6,8 @@ import h5py
 import pytest
 
 from captioner import prepro
-from rewards.cider_df import load_df
-from rewards.ptb import ptb_tokenize
+from plumbing.ptb import ptb_tokenize
+from rewards.text.cider_df import load_df
 
 
 def decode(labels_row, ix_to_word):

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from rewards.ptb import ptb_tokenize
-from rewards.ptb_java import java_available, java_ptb_tokenize
+from plumbing.ptb import ptb_tokenize
+from plumbing.ptb_java import java_available, java_ptb_tokenize
 from tests.conftest import SHARED_DATA, needs_coco_1k
 
 TRICKY = [

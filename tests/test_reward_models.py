@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 from open_clip.tokenizer import SimpleTokenizer
 
-from captioner.errors import ConfigError, DataError
-from rewards.lclip import LClip
-from rewards.longclip import LONG_CONTEXT, stretch_positions
-from rewards.model_spec import RewardModelSpec
-from rewards.reward_models import load_reward_model
+from features.clip_models.factory import load_reward_model
+from features.clip_models.lclip import LClip
+from features.clip_models.longclip import LONG_CONTEXT, stretch_positions
+from features.clip_models.spec import RewardModelSpec
+from plumbing.errors import ConfigError, DataError
 from tests.clip_fixtures import (
     TINY_ARCH,
     TINY_LCLIP,

@@ -9,13 +9,16 @@ import random
 import pytest
 import torch
 
-from captioner.errors import ConfigError, DataError
-from rewards import distill_lclip, specificity, train_specs
-from rewards.detail_units import DetailSegmenter, split_scores
-from rewards.model_spec import RewardModelSpec
-from rewards.reward_models import load_reward_model
-from rewards.specificity import sample_triplets, shuffle_tokens
-from rewards.train_specs import TrainSpecsConfig, dynamic_margin_hinge, specs_loss
+from features.clip_models.factory import load_reward_model
+from features.clip_models.spec import RewardModelSpec
+from plumbing.errors import ConfigError, DataError
+from rewards import specificity as specificity_cli
+from rewards import train_specs
+from rewards.recipes import distill as distill_lclip
+from rewards.recipes import specificity
+from rewards.recipes.detail_units import DetailSegmenter, split_scores
+from rewards.recipes.specificity import sample_triplets, shuffle_tokens
+from rewards.recipes.specs import TrainSpecsConfig, dynamic_margin_hinge, specs_loss
 from tests.clip_fixtures import save_open_clip
 
 
@@ -81,7 +84,10 @@ def test_dynamic_margin_hinge_by_hand():
 
 def test_specs_loss_weights_its_terms():
     torch.manual_seed(0)
-    unit = lambda n: torch.nn.functional.normalize(torch.randn(n, 8), dim=-1)
+
+    def unit(n):
+        return torch.nn.functional.normalize(torch.randn(n, 8), dim=-1)
+
     image, caption, base, pos, neg = (unit(4) for _ in range(5))
     scale = torch.tensor(0.0)  # logit scale 1: θ is the cosine itself
     cfg = TrainSpecsConfig(alpha=1.0, beta=8.0, gamma=0.8)
@@ -117,7 +123,7 @@ def test_train_specs_round_trips_and_specificity_runs(tiny_world, teacher_file, 
     assert trained.context_length == 248
     assert load_reward_model(RewardModelSpec(kind="longclip", weights=str(start))).fingerprint != trained.fingerprint
     capsys.readouterr()
-    assert specificity.main(["--weights", str(out), "--dataset", str(tiny_world / "dataset.json"),
+    assert specificity_cli.main(["--weights", str(out), "--dataset", str(tiny_world / "dataset.json"),
                              "--images-root", str(tiny_world)]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0 <= result["sr_pos"] <= 100 and result["sr_avg"] == pytest.approx((result["sr_pos"] + result["sr_neg"]) / 2)
@@ -144,7 +150,7 @@ def test_recipe_bad_inputs(tiny_world, teacher_file, tmp_path):
     for image in no_units["images"]:
         image.pop("long_captions", None)
     (tmp_path / "plain.json").write_text(json.dumps(no_units))
-    assert specificity.main(["--weights", str(teacher_file), "--kind", "open_clip", "--dataset",
+    assert specificity_cli.main(["--weights", str(teacher_file), "--kind", "open_clip", "--dataset",
                              str(tmp_path / "plain.json"), "--images-root", str(tiny_world)]) == 2
     assert train_specs.main(["--init", str(teacher_file), "--dataset", str(tmp_path / "plain.json"),
                              "--images-root", str(tiny_world), "--out", str(tmp_path / "s.pt")]) == 2
@@ -155,10 +161,10 @@ def test_recipe_bad_inputs(tiny_world, teacher_file, tmp_path):
 
 
 def test_world_negatives_name_an_absent_object(tiny_world):
-    from captioner.karpathy import load_dataset
-    from captioner.world.parse import parse_caption
-    from rewards.diagnostics import load_scenes
-    from rewards.specificity import detail_units_of, scene_negative_filter
+    from features.world.parse import parse_caption
+    from features.world.scene import load_scenes
+    from plumbing.karpathy import load_dataset
+    from rewards.recipes.specificity import detail_units_of, scene_negative_filter
 
     entries = load_dataset(tiny_world / "dataset.json")[:10]
     scenes = load_scenes(tiny_world / "scenes.json")

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from captioner.errors import ConfigError
+from plumbing.errors import ConfigError
 from rewards import score
+from rewards.context import ScoringContext
 from rewards.suite import (
-    MetricContext,
     MetricOutput,
     MetricSpec,
     MetricSuite,
@@ -36,7 +36,8 @@ def run(tmp_path, preds, refs=REFS, *extra):
 
 def test_scores_coco_annotations_and_writes_the_file(tmp_path, capsys):
     code, out = run(tmp_path, [{"image_id": 1, "caption": "a dog on a red mat"},
-                               {"image_id": 2, "caption": "two cats on a sofa"}], REFS, "--metrics", "bleu_4,cider,rouge_l")
+                               {"image_id": 2, "caption": "two cats on a sofa"}], REFS,
+                            "--metrics", "bleu_4,cider,rouge_l")
     assert code == 0
     result = json.loads(out.read_text())
     assert set(result["corpus"]) == {"bleu_4", "cider", "rouge_l"}
@@ -96,7 +97,7 @@ def test_a_new_metric_family_joins_the_registry_unchanged():
 
     register_metric(MetricSpec(("test_words",), lambda ctx: Length(), in_all=False))
     assert "test_words" in available_metrics()
-    out = MetricSuite(["test_words", "cider"], MetricContext()).score({5: "a b c"}, {5: ["a b"]})
+    out = MetricSuite(["test_words", "cider"], ScoringContext()).score({5: "a b c"}, {5: ["a b"]})
     assert out.per_item["test_words"] == {5: 3.0} and "cider" in out.corpus
     with pytest.raises(ConfigError, match="unknown metric 'nope'"):
         MetricSuite(["nope"])

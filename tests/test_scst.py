@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from captioner import train as train_cli
-from captioner.errors import ConfigError, RlcapError
 from captioner.model import Captioner, ModelConfig
 from captioner.scst import ScstConfig, check_scst_config, loo_baseline, scst_step
 from captioner.vocab import Vocab
+from plumbing.errors import ConfigError, RlcapError
 from rewards import RewardBank
 from rewards.bank import available_rewards, register_reward
 from tests.captioner_fixtures import (
@@ -161,7 +161,8 @@ def test_scst_under_two_processes(tiny_data, tmp_path):
     assert train_cli.main(["--config", str(xe), "--no-progress"]) == 0
     scst = tiny_config(tiny_data, tmp_path, name="scst2", data={"batch_size": 4},
                        train={"epochs": 1, "stage": "scst", "log_every": 1}, optim={"lr": 1e-4, "warmup_steps": 0},
-                       scst={"rewards": {"cider_d": 1.0}, "k": 3, "init_from": str(tmp_path / "xe2" / "checkpoints" / "last")})
+                       scst={"rewards": {"cider_d": 1.0}, "k": 3,
+                             "init_from": str(tmp_path / "xe2" / "checkpoints" / "last")})
     result = launch_two_processes(scst)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = (tmp_path / "scst2" / "metrics.jsonl").read_text().splitlines()

@@ -18,10 +18,10 @@ from captioner import report as report_cli
 from captioner import select as select_cli
 from captioner import sweep as sweep_cli
 from captioner import train as train_cli
-from captioner.config import load_config
 from captioner.train_config import TrainConfig
-from rewards.bank import RewardBank, RewardContext
-from rewards.references import load_references
+from plumbing.config import load_config
+from plumbing.references import load_references
+from rewards import RewardBank, ScoringContext
 from tests.captioner_fixtures import ROOT, prepare_tiny_data, tiny_config
 
 ALPHAS = [0.0, 0.5, 1.0]
@@ -35,8 +35,10 @@ def sweep_setup(tiny_world, tmp_path_factory) -> dict:
     assert train_cli.main(["--config", str(xe), "--no-progress"]) == 0
     base = tiny_config(data, root, name="scst_base", train={"epochs": 2, "stage": "scst", "log_every": 1},
                        optim={"lr": 1e-4, "warmup_steps": 0},
-                       scst={"rewards": {"cider_d": 1.0}, "k": 3, "init_from": str(root / "xe" / "checkpoints" / "last")},
-                       eval={"metrics": ["bleu_4", "cider", "cider_d", "mean_length", "repeat_2"], "select_by": "cider"})
+                       scst={"rewards": {"cider_d": 1.0}, "k": 3,
+                             "init_from": str(root / "xe" / "checkpoints" / "last")},
+                       eval={"metrics": ["bleu_4", "cider", "cider_d", "mean_length", "repeat_2"],
+                             "select_by": "cider"})
     sweep = root / "sweep.yaml"
     sweep.write_text(yaml.safe_dump({"name": "sw", "out_dir": str(root / "sweeps"), "base": str(base),
                                      "reward_a": "bleu_4", "reward_b": "cider_d", "alphas": ALPHAS,
@@ -143,7 +145,7 @@ def test_report_names_the_choice_and_scores_samples_with_every_reward(killed_and
     cells = [c.strip() for c in first.strip("|").split("|")]
     image_id, caption = int(cells[0]), cells[1]
     cfg = load_config(TrainConfig, run / "config.yaml")
-    bank = RewardBank.from_config({"cider_d": 1.0}, RewardContext(
+    bank = RewardBank.from_config({"cider_d": 1.0}, ScoringContext(
         references=load_references(cfg.data.refs), cider_df=cfg.data.cider_df))
     assert float(cells[names.index("cider_d")]) == pytest.approx(float(bank([caption], [image_id]).total[0]), abs=6e-4)
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from captioner import train as train_cli
+from features.clip_models.open_clip_models import load_open_clip
 from rewards import train_clip
-from rewards.open_clip_models import load_open_clip
+from rewards.recipes import clip as clip_recipe
 from tests.captioner_fixtures import prepare_tiny_data, tiny_config
 from tests.clip_fixtures import TINY_ARCH, write_embeds
 
@@ -54,7 +55,8 @@ def test_scst_with_clip_s_alone_end_to_end(tiny_world, world_clip, tmp_path):
     assert train_cli.main(["--config", str(xe), "--no-progress"]) == 0
     scst = tiny_config(data, tmp_path, name="scst_clip", train={"epochs": 1, "stage": "scst", "log_every": 1},
                        optim={"lr": 1e-4, "warmup_steps": 0},
-                       scst={"rewards": {"clip_s": 1.0}, "k": 3, "init_from": str(tmp_path / "xe" / "checkpoints" / "last")},
+                       scst={"rewards": {"clip_s": 1.0}, "k": 3,
+                             "init_from": str(tmp_path / "xe" / "checkpoints" / "last")},
                        eval={"metrics": ["cider", "clip_s", "ref_clip_s"], "select_by": "clip_s"},
                        reward_models=reward_models)
     assert train_cli.main(["--config", str(scst), "--no-progress"]) == 0
@@ -73,7 +75,7 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
 
     def run(out, interrupt_at: int | None = None):
         calls = {"n": 0}
-        real = train_clip.evaluate_retrieval
+        real = clip_recipe.evaluate_retrieval
 
         def evaluate(*args, **kwargs):
             calls["n"] += 1
@@ -81,7 +83,7 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
                 raise KeyboardInterrupt
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(train_clip, "evaluate_retrieval", evaluate)
+        monkeypatch.setattr(clip_recipe, "evaluate_retrieval", evaluate)
         return train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                                 "--out", str(out), "--epochs", "2", "--set", "batch_size=16", "--set", "workers=0"])
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from captioner.world import generate as world_cli
-from captioner.world import lexicon
-from captioner.world.generate import WorldConfig, generate
-from captioner.world.parse import attribute_errors, match_object, parse_caption
-from captioner.world.scene import Scene
+from features.world import generate as world_cli
+from features.world import lexicon
+from features.world.generate import WorldConfig, generate
+from features.world.parse import attribute_errors, match_object, parse_caption
+from features.world.scene import Scene
 
 
 def load_world(root):

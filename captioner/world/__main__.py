@@ -1,3 +1,0 @@
-from captioner.world.generate import main
-
-raise SystemExit(main())

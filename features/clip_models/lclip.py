@@ -1,0 +1,184 @@
+"""The L-CLIP student of L-CLIPScore (papers/l_clipscore_paper.md, Fig. 2a).
+
+Both towers are built from weight-multiplexed blocks: one shared block (attention `qkv`/`proj`
+and MLP `fc1`/`fc2`) is run `repeats` times in a row, each run with its own LayerNorms
+(`norm1.instances.<r>`, `norm2.instances.<r>`), as in DistillCLIP's MiniViT-style
+RepeatedMiniBlock. The text tower factorises the token embedding into vocab×rank then
+rank×width (rank 256 in the paper). DistillCLIP saves a Lightning checkpoint whose
+`state_dict` holds the student under `student.` (and the teacher under `teacher.`).
+The architecture is read from the tensor shapes; only the head counts are configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from features.clip_models.checkpoints import load_into, load_state_dict_file
+from plumbing.errors import DataError
+
+STUDENT_PREFIX = "student."
+
+
+@dataclass
+class LClipConfig:
+    embed_dim: int = 512
+    image_size: int = 224
+    patch_size: int = 32
+    vision_width: int = 768
+    vision_layers: int = 6  # counted after multiplexing: 3 shared blocks × 2
+    vision_heads: int = 12
+    context_length: int = 77
+    vocab_size: int = 49408
+    embed_rank: int = 256
+    text_width: int = 512
+    text_layers: int = 4
+    text_heads: int = 8
+    repeats: int = 2
+
+
+class MultiplexAttention(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor, causal: bool) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return self.proj(out.transpose(1, 2).reshape(batch, length, width))
+
+
+class RepeatedNorm(nn.Module):
+    def __init__(self, width: int, repeats: int):
+        super().__init__()
+        self.instances = nn.ModuleList(nn.LayerNorm(width) for _ in range(repeats))
+
+
+class MultiplexedBlock(nn.Module):
+    """One shared pre-norm Transformer block applied `repeats` times, each with its own norms."""
+
+    def __init__(self, width: int, heads: int, repeats: int):
+        super().__init__()
+        self.norm1, self.norm2 = RepeatedNorm(width, repeats), RepeatedNorm(width, repeats)
+        self.attn = MultiplexAttention(width, heads)
+        self.fc1, self.fc2 = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor, causal: bool) -> torch.Tensor:
+        for norm1, norm2 in zip(self.norm1.instances, self.norm2.instances, strict=True):
+            x = x + self.attn(norm1(x), causal)
+            x = x + self.fc2(F.gelu(self.fc1(norm2(x))))
+        return x
+
+
+def _blocks(width: int, layers: int, heads: int, repeats: int) -> nn.ModuleList:
+    if layers % repeats:
+        raise DataError(f"{layers} layers cannot be multiplexed {repeats} times")
+    return nn.ModuleList(MultiplexedBlock(width, heads, repeats) for _ in range(layers // repeats))
+
+
+class LClipVision(nn.Module):
+    def __init__(self, cfg: LClipConfig):
+        super().__init__()
+        width, grid = cfg.vision_width, cfg.image_size // cfg.patch_size
+        self.conv1 = nn.Conv2d(3, width, cfg.patch_size, cfg.patch_size, bias=False)
+        self.class_embedding = nn.Parameter(torch.zeros(width))
+        self.positional_embedding = nn.Parameter(torch.randn(grid * grid + 1, width) * width ** -0.5)
+        self.ln_pre = nn.LayerNorm(width)
+        self.blocks = _blocks(width, cfg.vision_layers, cfg.vision_heads, cfg.repeats)
+        self.ln_post = nn.LayerNorm(width)
+        self.proj = nn.Parameter(torch.randn(width, cfg.embed_dim) * width ** -0.5)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.conv1(images).flatten(2).transpose(1, 2)
+        cls = self.class_embedding.expand(x.shape[0], 1, -1).to(x.dtype)
+        x = self.ln_pre(torch.cat([cls, x], dim=1) + self.positional_embedding.to(x.dtype))
+        for block in self.blocks:
+            x = block(x, causal=False)
+        return self.ln_post(x[:, 0]) @ self.proj
+
+
+class LClipText(nn.Module):
+    def __init__(self, cfg: LClipConfig):
+        super().__init__()
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.embed_rank)
+        self.token_projection = nn.Linear(cfg.embed_rank, cfg.text_width, bias=False)
+        self.positional_embedding = nn.Parameter(torch.randn(cfg.context_length, cfg.text_width) * 0.01)
+        self.blocks = _blocks(cfg.text_width, cfg.text_layers, cfg.text_heads, cfg.repeats)
+        self.ln_final = nn.LayerNorm(cfg.text_width)
+        self.text_projection = nn.Parameter(torch.randn(cfg.text_width, cfg.embed_dim) * cfg.text_width ** -0.5)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, L] with L <= context; causal, so trailing padding never changes the EOT row."""
+        x = self.token_projection(self.token_embedding(tokens)) + self.positional_embedding[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x, causal=True)
+        x = self.ln_final(x)
+        return x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)] @ self.text_projection
+
+
+class LClip(nn.Module):
+    def __init__(self, cfg: LClipConfig):
+        super().__init__()
+        self.config = cfg
+        self.image_encoder = LClipVision(cfg)
+        self.text_encoder = LClipText(cfg)
+        self.logit_scale = nn.Parameter(torch.tensor(2.6593))  # log(1/0.07), as CLIP
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        return self.image_encoder(images)
+
+    def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.text_encoder(tokens)
+
+
+def student_state(state: dict[str, torch.Tensor], source: str | Path) -> dict[str, torch.Tensor]:
+    """The `student.` entries of a DistillCLIP checkpoint (a bare student state dict passes through)."""
+    if not any(k.startswith(STUDENT_PREFIX) for k in state):
+        return state
+    return {k[len(STUDENT_PREFIX):]: v for k, v in state.items() if k.startswith(STUDENT_PREFIX)}
+
+
+def infer_config(state: dict[str, torch.Tensor], source: str | Path, vision_heads: int = 0, text_heads: int = 0,
+                 repeats: int = 2) -> LClipConfig:
+    try:
+        conv = state["image_encoder.conv1.weight"]
+        vision_pos = state["image_encoder.positional_embedding"]
+        tokens, token_proj = state["text_encoder.token_embedding.weight"], state["text_encoder.token_projection.weight"]
+        text_pos, projection = state["text_encoder.positional_embedding"], state["text_encoder.text_projection"]
+    except KeyError as exc:
+        raise DataError(f"{source}: not an L-CLIP student checkpoint: missing keys {exc}") from None
+    grid = round((vision_pos.shape[0] - 1) ** 0.5)
+    vision_width, text_width = conv.shape[0], token_proj.shape[0]
+    return LClipConfig(
+        embed_dim=projection.shape[1], image_size=grid * conv.shape[-1], patch_size=conv.shape[-1],
+        vision_width=vision_width, vision_layers=_count_blocks(state, "image_encoder") * repeats,
+        vision_heads=vision_heads or max(1, vision_width // 64), context_length=text_pos.shape[0],
+        vocab_size=tokens.shape[0], embed_rank=tokens.shape[1], text_width=text_width,
+        text_layers=_count_blocks(state, "text_encoder") * repeats,
+        text_heads=text_heads or max(1, text_width // 64), repeats=repeats,
+    )
+
+
+def _count_blocks(state: dict[str, torch.Tensor], tower: str) -> int:
+    prefix = f"{tower}.blocks."
+    return len({k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)})
+
+
+def load_lclip(path: str | Path, vision_heads: int = 0, text_heads: int = 0, repeats: int = 2,
+               context_length: int | None = None) -> LClip:
+    """Build the student from a DistillCLIP Lightning checkpoint (or a bare student state dict)."""
+    state = student_state(load_state_dict_file(path), path)
+    cfg = infer_config(state, path, vision_heads, text_heads, repeats)
+    if context_length is not None and cfg.context_length != context_length:
+        raise DataError(f"{path}: checkpoint has {cfg.context_length} text positions, the config expects "
+                        f"context_length {context_length}")
+    model = LClip(cfg)
+    load_into(model, state, path)
+    return model.eval()

@@ -1,0 +1,87 @@
+"""LongCLIP-style checkpoints (SPECS's released `spec.pt`): OpenAI-CLIP key names plus
+`positional_embedding_res`, 248 text positions.
+
+The released LongCLIP code adds `positional_embedding * mask1 + positional_embedding_res * mask2`
+with mask1 selecting the first 20 rows, so the effective table is `cat(pe[:20], pe_res[20:])`; we
+fold that into one table at load time and run an ordinary open_clip CLIP.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from open_clip.model import CLIP, build_model_from_openai_state_dict
+
+from features.clip_models.checkpoints import load_into, load_state_dict_file
+from plumbing.errors import ConfigError, DataError
+
+KEEP_POSITIONS = 20  # positions LongCLIP keeps verbatim; the rest are stretched ×4
+STRETCH = 4
+LONG_CONTEXT = 77 * STRETCH - (STRETCH - 1) * KEEP_POSITIONS  # 248
+RESIDUAL_KEY = "positional_embedding_res"
+JIT_ONLY_KEYS = ("input_resolution", "context_length", "vocab_size")
+
+
+def stretch_positions(table: torch.Tensor, keep: int = KEEP_POSITIONS) -> torch.Tensor:
+    """[L, W] -> [4L - 3·keep, W] by the LongCLIP rule: rows < keep copied; between two later rows
+    three points linearly interpolated (×4); the last row extrapolated along the final step."""
+    length, width = table.shape
+    if length <= keep + 1:
+        raise ConfigError(f"cannot stretch {length} positions while keeping {keep}")
+    steps = torch.arange(STRETCH, dtype=table.dtype).view(1, STRETCH, 1)
+    left, right = table[keep:-1].unsqueeze(1), table[keep + 1:].unsqueeze(1)
+    middle = (left * (STRETCH - steps) + right * steps) / STRETCH
+    last, before = table[-1], table[-2]
+    tail = last + steps.view(STRETCH, 1) * (last - before) / STRETCH
+    return torch.cat([table[:keep], middle.reshape(-1, width), tail])
+
+
+def stretch_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A 77-position CLIP state dict -> a LongCLIP one (both tables start equal, as LongCLIP does)."""
+    stretched = stretch_positions(state["positional_embedding"])
+    return {**state, "positional_embedding": stretched, RESIDUAL_KEY: stretched.clone()}
+
+
+def effective_positions(state: dict[str, torch.Tensor], source: str | Path) -> torch.Tensor:
+    if RESIDUAL_KEY not in state:
+        raise DataError(f"{source}: not a LongCLIP/SPECS checkpoint (no {RESIDUAL_KEY!r} key)")
+    base, residual = state["positional_embedding"], state[RESIDUAL_KEY]
+    if base.shape != residual.shape:
+        raise DataError(f"{source}: positional_embedding {tuple(base.shape)} and {RESIDUAL_KEY} "
+                        f"{tuple(residual.shape)} differ in shape")
+    return torch.cat([base[:KEEP_POSITIONS], residual[KEEP_POSITIONS:]])
+
+
+def load_longclip(path: str | Path, context_length: int | None = LONG_CONTEXT) -> CLIP:
+    """Build an fp32 open_clip CLIP from a LongCLIP/SPECS state dict file."""
+    return longclip_from_state(load_state_dict_file(path), path, context_length)
+
+
+def longclip_from_state(state: dict[str, torch.Tensor], source: str | Path = "<memory>",
+                        context_length: int | None = LONG_CONTEXT) -> CLIP:
+    if "positional_embedding" not in state:
+        raise DataError(f"{source}: checkpoint does not match a CLIP text tower: missing keys positional_embedding")
+    positions = effective_positions(state, source)
+    if context_length is not None and positions.shape[0] != context_length:
+        raise ConfigError(f"{source}: checkpoint has {positions.shape[0]} text positions, the config expects "
+                          f"context_length {context_length}")
+    state = {k: v for k, v in state.items() if k != RESIDUAL_KEY and k not in JIT_ONLY_KEYS}
+    state["positional_embedding"] = positions
+    try:
+        model = build_model_from_openai_state_dict(dict(state))
+    except KeyError as exc:
+        raise DataError(f"{source}: checkpoint does not match an OpenAI-CLIP layout: missing keys {exc}") from None
+    except RuntimeError as exc:  # torch's strict-load message lists missing and unexpected keys
+        raise DataError(f"{source}: checkpoint does not match an OpenAI-CLIP layout: {str(exc)[:1500]}") from None
+    model = model.float()  # open_clip casts to fp16 before loading; reload at full precision
+    load_into(model, state, source)
+    return model.eval()
+
+
+def longclip_state(model: CLIP) -> dict[str, torch.Tensor]:
+    """The SPECS/LongCLIP file layout of a model trained with one position table: both tables
+    hold it, so cat(pe[:20], pe_res[20:]) gives it back."""
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    state[RESIDUAL_KEY] = state["positional_embedding"].clone()
+    return state

@@ -1,0 +1,3 @@
+from features.world.generate import main
+
+raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""Reading caption text back into claims about a scene, and checking them against scenes.json.
+
+The parser knows only the world's vocabulary (lexicon.py), not the caption templates, so it
+reads model captions and reference captions alike: object mentions (shape with the colour,
+size and texture words right before it), spatial relations between mentions, the object count
+and the background colour.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from features.world import lexicon
+from features.world.scene import Scene, WorldObject
+from plumbing.ptb import ptb_tokenize
+
+_SHAPE_WORDS = lexicon.word_index(lexicon.SHAPES)
+_SHAPE_WORDS.update({w + ("es" if w.endswith(("s", "x")) else "s"): n for w, n in list(_SHAPE_WORDS.items())})
+_COLOR_WORDS = lexicon.word_index(lexicon.COLOR_WORDS)
+_SIZE_WORDS = lexicon.word_index(lexicon.SIZE_WORDS)
+_TEXTURE_WORDS = lexicon.word_index(lexicon.TEXTURE_WORDS)
+_RELATION_PATTERNS = sorted(
+    ((tuple(phrase.split()), rel) for rel, phrases in lexicon.RELATION_PHRASES.items() for phrase in phrases),
+    key=lambda item: -len(item[0]),
+)
+_ARTICLES = {"a", "an", "the"}
+_COUNT_NOUNS = {"shape", "shapes", "object", "objects"}
+_NUMBERS = {word: n for n, word in lexicon.NUMBER_WORDS.items()}
+
+
+@dataclass
+class Mention:
+    shape: str
+    color: str | None
+    size: str | None
+    texture: str | None
+    start: int  # token index of the first word of the phrase (after any article)
+    end: int  # token index after the shape word
+
+
+@dataclass
+class CaptionClaims:
+    mentions: list[Mention] = field(default_factory=list)
+    relations: list[tuple[int, str, int]] = field(default_factory=list)  # mention indices
+    count: int | None = None
+    background: str | None = None
+
+
+def parse_caption(text: str) -> CaptionClaims:
+    tokens = ptb_tokenize(text).split()
+    claims = CaptionClaims(mentions=_mentions(tokens))
+    claims.relations = _relations(tokens, claims.mentions)
+    claims.count = _count(tokens)
+    claims.background = _background(tokens)
+    return claims
+
+
+def _mentions(tokens: list[str]) -> list[Mention]:
+    found = []
+    for i, word in enumerate(tokens):
+        shape = _SHAPE_WORDS.get(word)
+        if shape is None:
+            continue
+        attrs = {"color": None, "size": None, "texture": None}
+        start = i
+        while start > 0:
+            prev = tokens[start - 1]
+            kind = _attribute_kind(prev)
+            if kind is None or attrs[kind] is not None:
+                break
+            attrs[kind] = {"color": _COLOR_WORDS, "size": _SIZE_WORDS, "texture": _TEXTURE_WORDS}[kind][prev]
+            start -= 1
+        texture = attrs["texture"] or _trailing_texture(tokens[i + 1:i + 5])
+        found.append(Mention(shape, attrs["color"], attrs["size"], texture, start, i + 1))
+    return found
+
+
+def _trailing_texture(window: list[str]) -> str | None:
+    """Texture stated after the noun: "... star with a striped pattern", "filled with one plain color"."""
+    if not window or window[0] not in ("with", "filled"):
+        return None
+    return next((_TEXTURE_WORDS[w] for w in window[1:] if w in _TEXTURE_WORDS), None)
+
+
+def _attribute_kind(word: str) -> str | None:
+    if word in _COLOR_WORDS:
+        return "color"
+    if word in _SIZE_WORDS:
+        return "size"
+    if word in _TEXTURE_WORDS:
+        return "texture"
+    return None
+
+
+def _relations(tokens: list[str], mentions: list[Mention]) -> list[tuple[int, str, int]]:
+    relations = []
+    i = 0
+    while i < len(tokens):
+        match = next(((p, r) for p, r in _RELATION_PATTERNS if tuple(tokens[i:i + len(p)]) == p), None)
+        if match is None:
+            i += 1
+            continue
+        phrase, relation = match
+        after = i + len(phrase)
+        subject = max((k for k, m in enumerate(mentions) if m.end <= i), default=None, key=lambda k: mentions[k].end)
+        obj = next((k for k, m in enumerate(mentions) if m.start >= after), None)
+        if subject is not None and obj is not None and set(tokens[after:mentions[obj].start]) <= _ARTICLES:
+            relations.append((subject, relation, obj))
+        i = after
+    return relations
+
+
+def _count(tokens: list[str]) -> int | None:
+    for word, nxt in itertools.pairwise(tokens):
+        if word in _NUMBERS and nxt in _COUNT_NOUNS:
+            return _NUMBERS[word]
+    return 1 if "single" in tokens else None
+
+
+def _background(tokens: list[str]) -> str | None:
+    for k, word in enumerate(tokens[1:], start=1):
+        if word == "background" and tokens[k - 1] in lexicon.BACKGROUNDS:
+            return tokens[k - 1]
+    return None
+
+
+def match_object(mention: Mention, scene: Scene) -> WorldObject | None:
+    """The scene object a mention names: same shape and (when stated) same colour."""
+    for obj in scene.objects:
+        if obj.shape == mention.shape and mention.color in (None, obj.color):
+            return obj
+    return None
+
+
+def attribute_errors(mention: Mention, obj: WorldObject) -> list[str]:
+    """Stated size/texture words that contradict the matched object."""
+    wrong = []
+    if mention.size is not None and mention.size != obj.size:
+        wrong.append("size")
+    if mention.texture is not None and mention.texture != obj.texture:
+        wrong.append("texture")
+    return wrong

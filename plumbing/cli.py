@@ -1,0 +1,184 @@
+"""Shared command-line plumbing: flags made from a config dataclass, and one error path.
+
+Every command reads its settings in one order: the `--config` YAML file, then the flags given on
+the command line (one per config field, made here from the dataclass and its `option(help=...)`
+text), then `--set key=value` overrides. `command` turns an RlcapError into one line on stderr
+and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+from plumbing.config import apply_overrides, build, load_yaml, merge, read_yaml
+from plumbing.errors import RlcapError
+
+T = TypeVar("T")
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+_DEST = "cfg__"  # argparse dest prefix of field flags, so they never clash with --config / --set
+
+
+@dataclasses.dataclass
+class FieldFlag:
+    path: tuple[str, ...]  # the field's keys from the config root, e.g. ("decode", "beam_size")
+    tp: Any  # its type hint, optional unwrapped
+    help: str
+    default: Any
+
+
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="YAML config file (may `inherit: base.yaml`); flags and --set override it")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one config key, e.g. --set seed=3 or --set a.b=c (repeatable; applied last)",
+    )
+
+
+def config_parser(cls: type, prog: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A parser with --config, --set and one flag per field of `cls`."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_flags(parser, cls)
+    return parser
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """--config, --set and the field flags of `cls` on an existing (sub)parser."""
+    add_config_args(parser)
+    for spec in field_flags(cls):
+        _add_flag(parser, spec)
+    parser.set_defaults(config_class=cls)
+
+
+def field_flags(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[tuple[FieldFlag, dataclasses.Field]]:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        tp = _unwrap_optional(hints[f.name])
+        if dataclasses.is_dataclass(tp):
+            if meta.get("flatten"):
+                yield from field_flags(tp, (*prefix, f.name))
+            continue
+        if not meta.get("flag", True) or not _flaggable(tp):
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        yield FieldFlag((*prefix, f.name), tp, meta.get("help", ""), default), f
+
+
+def _add_flag(parser: argparse.ArgumentParser, item: tuple[FieldFlag, dataclasses.Field]) -> None:
+    spec, f = item
+    dest = _DEST + "__".join(spec.path)
+    shown = "" if spec.default in (None, "", []) else f" (default: {_show(spec.default)})"
+    kwargs: dict[str, Any] = {"dest": dest, "default": None, "help": (spec.help + shown).strip() or None}
+    if typing.get_origin(spec.tp) is Literal:
+        kwargs["choices"] = [str(a) for a in typing.get_args(spec.tp)]
+    if f.metadata.get("positional"):
+        parser.add_argument(dest, nargs="?", metavar=spec.path[-1], **{k: v for k, v in kwargs.items() if k != "dest"})
+        return
+    flag = f.metadata.get("flag")
+    name = flag if isinstance(flag, str) else "--" + spec.path[-1].replace("_", "-")
+    if spec.tp is bool:
+        parser.add_argument(name, action=argparse.BooleanOptionalAction, **kwargs)
+    else:
+        metavar = "A,B,..." if typing.get_origin(spec.tp) in (list, tuple) else spec.path[-1].upper()
+        parser.add_argument(name, metavar=None if "choices" in kwargs else metavar, **kwargs)
+
+
+def _show(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(options) == 1:
+            return options[0]
+    return tp
+
+
+def _flaggable(tp: Any) -> bool:
+    if tp in (str, int, float, bool) or typing.get_origin(tp) is Literal:
+        return True
+    if typing.get_origin(tp) in (list, tuple):
+        args = typing.get_args(tp)
+        return bool(args) and args[0] in (str, int, float)
+    return False
+
+
+def given_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The field flags given on the command line, as a nested dict of raw values."""
+    cls = getattr(args, "config_class", None)
+    out: dict[str, Any] = {}
+    if cls is None:
+        return out
+    for spec, _ in field_flags(cls):
+        value = getattr(args, _DEST + "__".join(spec.path), None)
+        if value is None:
+            continue
+        node = out
+        for key in spec.path[:-1]:
+            node = node.setdefault(key, {})
+        node[spec.path[-1]] = _flag_value(spec, value)
+    return out
+
+
+def _flag_value(spec: FieldFlag, value: Any) -> Any:
+    """Flags arrive as strings: numbers are read as YAML, lists as comma lists, text stays text."""
+    if isinstance(value, bool) or spec.tp is str or typing.get_origin(spec.tp) is Literal:
+        return value
+    if typing.get_origin(spec.tp) in (list, tuple):
+        item = typing.get_args(spec.tp)[0]
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        return parts if item is str else [_scalar(p) for p in parts]
+    return _scalar(value)
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return load_yaml(text)
+    except Exception:  # noqa: BLE001 - not YAML: the typed build() names the key and the value
+        return text
+
+
+def config_from_args(cls: type[T], args: argparse.Namespace) -> T:
+    """Config file, then the field flags given, then --set overrides; checked against `cls`."""
+    data = read_yaml(args.config, cls) if getattr(args, "config", None) else {}
+    data = merge(data, given_flags(args), cls)
+    data = apply_overrides(data, getattr(args, "overrides", []))
+    return build(cls, data)
+
+
+def parse_config(cls: type[T], parser: argparse.ArgumentParser,
+                 argv: Sequence[str] | None) -> tuple[T, argparse.Namespace]:
+    args = parser.parse_args(argv)
+    return config_from_args(cls, args), args
+
+
+def command(main: Callable[[Sequence[str] | None], int | None]) -> Callable[[Sequence[str] | None], int]:
+    """Wrap a command's main: user errors print one line to stderr and exit non-zero."""
+
+    @functools.wraps(main)
+    def wrapper(argv: Sequence[str] | None = None) -> int:
+        try:
+            return int(main(argv) or 0)
+        except RlcapError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        except KeyboardInterrupt:
+            print("interrupted; partial outputs are kept under *.partial names for resuming",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+    return wrapper
+

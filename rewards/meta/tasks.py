@@ -1,0 +1,119 @@
+"""Metric meta-evaluation tasks: foil accuracy, pairwise preference accuracy and correlation with
+human ratings (formats: `python -m rewards.meta_eval --help`). A tie counts one half."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from plumbing.errors import DataError
+from plumbing.karpathy import read_json
+from plumbing.tables import format_table
+from rewards.meta.correlation import kendall_tau, pearson
+from rewards.suite import MetricSuite
+
+
+def _entries(path: str | Path) -> list[dict]:
+    data = read_json(path)
+    if not isinstance(data, list) or not data:
+        raise DataError(f"{path}: expected a non-empty JSON list of entries")
+    for k, entry in enumerate(data):
+        if not isinstance(entry, dict) or not isinstance(entry.get("image_id"), int):
+            raise DataError(f"{path}: entry {k} needs an integer 'image_id'")
+    return data
+
+
+def _text(path, k: int, entry: dict, key: str) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str):
+        raise DataError(f"{path}: entry {k} (image id {entry.get('image_id')}): {key!r} must be a string")
+    return value
+
+
+def _refs(path, k: int, entry: dict, references: dict[int, list[str]] | None) -> list[str]:
+    refs = entry.get("references")
+    if refs is None and references is not None:
+        refs = references.get(entry["image_id"])
+    if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
+        raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'references' (a non-empty list "
+                        "of strings) or --references covering this id")
+    return refs
+
+
+def _win(better: float, worse: float) -> float:
+    return 1.0 if better > worse else 0.5 if better == worse else 0.0
+
+
+def foil_accuracy(path, suite: MetricSuite, references=None) -> dict:
+    entries = _entries(path)
+    result = {}
+    for field, label in (("caption", "short"), ("long_caption", "long")):
+        if field == "long_caption" and not all("long_caption" in e for e in entries):
+            continue
+        rows: list[tuple[int, str, list[str]]] = []
+        pairs: list[tuple[int, int, str]] = []  # (row of correct, row of foil, kind)
+        for k, entry in enumerate(entries):
+            refs = _refs(path, k, entry, references)
+            foils = entry.get("foils")
+            if not isinstance(foils, list) or not foils:
+                raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs a non-empty 'foils' list")
+            correct = len(rows)
+            rows.append((entry["image_id"], _text(path, k, entry, field), refs))
+            for j, foil in enumerate(foils):
+                if not isinstance(foil, dict):
+                    raise DataError(f"{path}: entry {k}: foils[{j}] must be an object with 'caption'")
+                pairs.append((correct, len(rows), str(foil.get("kind", "foil"))))
+                rows.append((entry["image_id"], _text(f"{path} foils[{j}]", k, foil, field), refs))
+        scores = suite.score_rows(*zip(*rows, strict=True))
+        result[label] = _grouped({name: [(kind, _win(values[a], values[b])) for a, b, kind in pairs]
+                                  for name, values in scores.items()})
+    return result
+
+
+def pair_accuracy(path, suite: MetricSuite, references=None) -> dict:
+    entries = _entries(path)
+    rows, meta = [], []
+    for k, entry in enumerate(entries):
+        candidates, preference = entry.get("candidates"), entry.get("preference")
+        if not (isinstance(candidates, list) and len(candidates) == 2 and all(isinstance(c, str) for c in candidates)):
+            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): 'candidates' must be two strings")
+        if preference not in (0, 1):
+            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): 'preference' must be 0 or 1")
+        refs = _refs(path, k, entry, references)
+        rows += [(entry["image_id"], candidates[0], refs), (entry["image_id"], candidates[1], refs)]
+        meta.append((preference, str(entry.get("category", "all"))))
+    scores = suite.score_rows(*zip(*rows, strict=True))
+    return _grouped({name: [(category, _win(values[2 * i + p], values[2 * i + 1 - p]))
+                            for i, (p, category) in enumerate(meta)] for name, values in scores.items()})
+
+
+def human_correlation(path, suite: MetricSuite, references=None) -> dict:
+    entries = _entries(path)
+    rows, ratings = [], []
+    for k, entry in enumerate(entries):
+        values = entry.get("ratings", [entry["rating"]] if "rating" in entry else None)
+        if not isinstance(values, list) or not values or not all(isinstance(v, (int, float)) for v in values):
+            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'ratings' (numbers) or 'rating'")
+        rows.append((entry["image_id"], _text(path, k, entry, "candidate"), _refs(path, k, entry, references)))
+        ratings.append(sum(values) / len(values))
+    scores = suite.score_rows(*zip(*rows, strict=True))
+    return {name: {"tau_b": kendall_tau(values, ratings, "b"), "tau_c": kendall_tau(values, ratings, "c"),
+                   "pearson": pearson(values, ratings), "items": len(values)} for name, values in scores.items()}
+
+
+def _grouped(outcomes: dict[str, list[tuple[str, float]]]) -> dict:
+    table = {}
+    for name, pairs in outcomes.items():
+        groups: dict[str, list[float]] = defaultdict(list)
+        for group, win in pairs:
+            groups[group].append(win)
+            if group != "all":
+                groups["all"].append(win)
+        table[name] = {group: sum(v) / len(v) for group, v in sorted(groups.items())}
+    return table
+
+
+def markdown(title: str, table: dict) -> str:
+    columns = sorted({c for row in table.values() for c in row if c != "items"})
+    rows = [[name, *(f"{row.get(c, float('nan')):.3f}" for c in columns)] for name, row in table.items()]
+    return f"### {title}\n\n" + format_table(["metric", *columns], rows, markdown=True) + "\n"

@@ -1,0 +1,236 @@
+"""L-CLIP distillation (papers/l_clipscore_paper.md §III-B) from any loadable CLIP teacher into the
+L-CLIP student (rewards/lclip.py: weight-multiplexed blocks, factorised token embedding):
+
+  stage 1, per tower:  L_D = ½·|r_T − r_S|₁ + ½·(1 − cos(r_T, r_S))                    (Eq. 1)
+  stage 2, adds:       L_SR = Σ_i max(0, S^T_ii − S^S_ii) + Σ_{i≠j} max(0, S^S_ij − S^T_ij)  (Eq. 2)
+
+|·|₁ is averaged over dimensions and L_SR divided by the batch size, so the terms keep one scale
+whatever the width and batch. S is the cosine similarity of the global embeddings. The student
+starts from the teacher where shapes allow (patch stem, positions, norms, projections, blocks,
+a truncated SVD of the token embedding). It is saved as a DistillCLIP-style checkpoint
+(`state_dict` with `student.` keys) that the `lclip` loader reads.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from features.clip_models.factory import clip_text_forward
+from features.clip_models.lclip import LClip, LClipConfig
+from features.clip_models.open_clip_models import load_open_clip
+from features.clip_models.tokens import ClipTokenizer
+from plumbing.atomic import append_line, atomic_path, write_json
+from plumbing.config import option, require_keys
+from plumbing.errors import ConfigError
+from rewards.clip.formulas import CLIP_S_PREFIX, clip_s
+from rewards.recipes.contrastive import embed_images, embed_texts, recall_at_1
+from rewards.recipes.data import ImageCaptions, load_split, sample_captions
+from rewards.recipes.training import optimizer_and_schedule, start
+
+
+@dataclass
+class DistillConfig:
+    teacher: str = option("", help="teacher weights: a file, or an open_clip hub tag")
+    teacher_arch: str = option("world-clip-tiny", help="the teacher's open_clip architecture")
+    dataset: str = option("", help="Karpathy-format dataset.json")
+    images_root: str = option("", help="folder the dataset's image paths are relative to")
+    out: str = option("", help="output student checkpoint (.ckpt, DistillCLIP layout)")
+    vision_layers: int = option(2, help="student image-tower layers after multiplexing (shared blocks x repeats)")
+    text_layers: int = option(2, help="student text-tower layers after multiplexing")
+    repeats: int = option(2, help="runs of each shared block")
+    embed_rank: int = option(32, help="factorised token embedding: vocab x rank, then rank x width")
+    embed_dim: int = option(0, help="student embedding size; 0 = the teacher's (L_D compares them directly)")
+    stage1_epochs: int = option(4, help="epochs of stage 1 (L_D per tower)")
+    stage2_epochs: int = option(2, help="epochs of stage 2 (+ the similarity regulator)")
+    batch_size: int = option(128, help="images per step")
+    lr: float = option(5e-4, help="stage 1 peak learning rate (warmup, then cosine)")
+    stage2_lr: float = option(1e-5, help="stage 2 learning rate, constant (the paper: 1e-5)")
+    weight_decay: float = option(0.01, help="AdamW weight decay")
+    sr_weight: float = option(1.0, help="weight of the similarity-regulator loss in stage 2")
+    max_train_images: int = option(0, help="use at most this many train images (0 = all)")
+    max_val_images: int = option(500, help="val images for the comparison report")
+    seed: int = option(0, help="random seed")
+    device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
+    workers: int = option(2, help="image-decoding worker processes")
+
+
+def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """Eq. (1): ½·mean|r_T − r_S| + ½·(1 − cos(r_T, r_S)), averaged over the batch."""
+    return 0.5 * (teacher - student).abs().mean() + 0.5 * (1 - F.cosine_similarity(teacher, student, dim=-1)).mean()
+
+
+def similarity_regulator(teacher_sim: torch.Tensor, student_sim: torch.Tensor) -> torch.Tensor:
+    """Eq. (2) over a B×B similarity matrix (matched pairs on the diagonal), divided by B."""
+    eye = torch.eye(len(teacher_sim), dtype=torch.bool, device=teacher_sim.device)
+    matched = F.relu(teacher_sim - student_sim)[eye].sum()
+    unmatched = F.relu(student_sim - teacher_sim)[~eye].sum()
+    return (matched + unmatched) / len(teacher_sim)
+
+
+def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
+    visual = teacher.visual
+    width, patch = visual.conv1.weight.shape[0], visual.conv1.weight.shape[-1]
+    size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else int(visual.image_size)
+    text_width = teacher.ln_final.weight.shape[0]
+    embed_dim = teacher.text_projection.shape[1]
+    if visual.proj is None or visual.proj.shape[1] != embed_dim:
+        raise ConfigError(f"teacher image and text embeddings differ in size ({visual.proj.shape[1]} vs {embed_dim}); "
+                          "the student distils both into one space and needs them equal")
+    if cfg.embed_dim and cfg.embed_dim != embed_dim:
+        raise ConfigError(f"student embed_dim {cfg.embed_dim} differs from the teacher's {embed_dim}: L_D compares "
+                          "teacher and student embeddings directly, so they must have one size (set embed_dim: 0)")
+    return LClipConfig(embed_dim=embed_dim, image_size=size, patch_size=patch, vision_width=width,
+                       vision_layers=cfg.vision_layers, vision_heads=max(1, width // 64),
+                       context_length=int(teacher.context_length), vocab_size=teacher.token_embedding.weight.shape[0],
+                       embed_rank=cfg.embed_rank, text_width=text_width, text_layers=cfg.text_layers,
+                       text_heads=max(1, text_width // 64), repeats=cfg.repeats)
+
+
+@torch.no_grad()
+def init_from_teacher(student: LClip, teacher) -> None:
+    """Copy what fits: stem, positions, norms, projections, spread-out blocks, SVD of the embedding."""
+    s_img, s_txt, t_vis = student.image_encoder, student.text_encoder, teacher.visual
+    for name in ("conv1", "ln_pre", "ln_post"):
+        getattr(s_img, name).load_state_dict(getattr(t_vis, name).state_dict())
+    s_img.class_embedding.copy_(t_vis.class_embedding)
+    s_img.positional_embedding.copy_(t_vis.positional_embedding)
+    s_img.proj.copy_(t_vis.proj)
+    s_txt.positional_embedding.copy_(teacher.positional_embedding)
+    s_txt.ln_final.load_state_dict(teacher.ln_final.state_dict())
+    s_txt.text_projection.copy_(teacher.text_projection)
+    u, s, v = torch.linalg.svd(teacher.token_embedding.weight.float(), full_matrices=False)
+    rank = s_txt.token_embedding.weight.shape[1]
+    s_txt.token_embedding.weight.copy_(u[:, :rank] * s[:rank])
+    s_txt.token_projection.weight.copy_(v[:rank].t())
+    _copy_blocks(s_img.blocks, t_vis.transformer.resblocks)
+    _copy_blocks(s_txt.blocks, teacher.transformer.resblocks)
+    student.logit_scale.copy_(teacher.logit_scale)
+
+
+def _copy_blocks(student_blocks, teacher_blocks) -> None:
+    runs = len(student_blocks) * len(student_blocks[0].norm1.instances)
+    picks = [round(k * (len(teacher_blocks) - 1) / max(1, runs - 1)) for k in range(runs)]
+    for b, block in enumerate(student_blocks):
+        repeats = len(block.norm1.instances)
+        shared = teacher_blocks[picks[b * repeats]]
+        block.attn.qkv.weight.copy_(shared.attn.in_proj_weight)
+        block.attn.qkv.bias.copy_(shared.attn.in_proj_bias)
+        block.attn.proj.load_state_dict(shared.attn.out_proj.state_dict())
+        block.fc1.load_state_dict(shared.mlp.c_fc.state_dict())
+        block.fc2.load_state_dict(shared.mlp.c_proj.state_dict())
+        for r in range(repeats):
+            source = teacher_blocks[picks[b * repeats + r]]
+            block.norm1.instances[r].load_state_dict(source.ln_1.state_dict())
+            block.norm2.instances[r].load_state_dict(source.ln_2.state_dict())
+
+
+def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
+    _validate(cfg)
+    summary_path = Path(cfg.out).with_suffix(".json")
+    device = start(cfg.seed, cfg.device, summary_path, cfg.out, progress)
+    if device is None:
+        return json.loads(summary_path.read_text())
+    loaded = load_open_clip(cfg.teacher_arch, cfg.teacher)
+    teacher = loaded.model.to(device).eval()
+    student = LClip(student_config(teacher, cfg))
+    init_from_teacher(student, teacher)
+    student = student.to(device)
+    tokenizer = ClipTokenizer(int(teacher.context_length))
+    train = load_split(cfg.dataset, cfg.images_root, "train", loaded.preprocess, cfg.max_train_images, cfg.workers,
+                       progress=progress)
+    val = load_split(cfg.dataset, cfg.images_root, "val", loaded.preprocess, cfg.max_val_images, cfg.workers,
+                     progress=progress)
+    teacher_text = clip_text_forward(teacher)
+    pools = train.pool("both")
+    log_path = Path(cfg.out).with_suffix(".log.jsonl")
+    Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    record: dict = {}
+    for stage, epochs, lr in ((1, cfg.stage1_epochs, cfg.lr), (2, cfg.stage2_epochs, cfg.stage2_lr)):
+        steps = -(-len(train.image_ids) // cfg.batch_size) * epochs
+        # stage 1 warms up and decays; stage 2 keeps its small rate constant, as the paper does
+        optimizer, scheduler = optimizer_and_schedule(student, lr, cfg.weight_decay, min(50, steps // 10 + 1)
+                                                      if stage == 1 else 0, steps,
+                                                      "cosine" if stage == 1 else "constant")
+        for epoch in range(epochs):
+            student.train()
+            order = torch.randperm(len(train.image_ids), generator=generator).tolist()
+            bar = tqdm(range(0, len(order), cfg.batch_size), desc=f"lclip stage {stage} epoch {epoch + 1}/{epochs}",
+                       disable=not progress)
+            for begin in bar:
+                rows = order[begin: begin + cfg.batch_size]
+                tokens = tokenizer.padded(tokenizer.ids(sample_captions(pools, rows, generator))).to(device)
+                images = train.images[rows].to(device)
+                with torch.no_grad():
+                    t_img, t_txt = teacher.encode_image(images), teacher_text(tokens)
+                s_img, s_txt = student.encode_image(images), student.encode_text(tokens)
+                loss = distill_loss(t_img, s_img) + distill_loss(t_txt, s_txt)
+                if stage == 2:
+                    t_sim = F.normalize(t_img, dim=-1) @ F.normalize(t_txt, dim=-1).t()
+                    s_sim = F.normalize(s_img, dim=-1) @ F.normalize(s_txt, dim=-1).t()
+                    loss = loss + cfg.sr_weight * similarity_regulator(t_sim, s_sim)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+                optimizer.step()
+                scheduler.step()
+                bar.set_postfix(loss=f"{loss.item():.4f}")
+            record = {"stage": stage, "epoch": epoch + 1, **compare_on_val(teacher, student, tokenizer, val, device)}
+            append_line(log_path, json.dumps(record))
+            if progress:
+                print(json.dumps(record))
+    save_student(student, cfg.out, stage_epochs=(cfg.stage1_epochs, cfg.stage2_epochs))
+    summary = {"out": cfg.out, "teacher_params": _params(teacher), "student_params": _params(student), **record}
+    write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
+    return summary
+
+
+@torch.no_grad()
+def compare_on_val(teacher, student: LClip, tokenizer: ClipTokenizer, val: ImageCaptions,
+                   device: torch.device, seed: int = 0) -> dict:
+    """Val R@1 of both models, and how often each one's CLIP-S prefers an image's own caption to
+    another image's (l_clip_s for the student, clip_s for the teacher)."""
+    student.eval()
+    captions = [pool[0] for pool in val.short]
+    rng = random.Random(seed)
+    shift = rng.randrange(1, len(captions)) if len(captions) > 1 else 0
+    mismatched = captions[shift:] + captions[:shift]
+    out = {}
+    for name, encode_image, encode_text in (("teacher", teacher.encode_image, clip_text_forward(teacher)),
+                                            ("student", student.encode_image, student.encode_text)):
+        image = embed_images(encode_image, val.images, device)
+
+        def text(texts: list[str], encode=encode_text) -> torch.Tensor:
+            return embed_texts(encode, tokenizer, texts, device)
+
+        recall = recall_at_1(image, text(captions))
+        right = clip_s(image, text([CLIP_S_PREFIX + c for c in captions]))
+        wrong = clip_s(image, text([CLIP_S_PREFIX + c for c in mismatched]))
+        out.update({f"{name}_i2t_r1": recall["i2t_r1"], f"{name}_t2i_r1": recall["t2i_r1"],
+                    f"{name}_match_acc": float((right > wrong).float().mean())})
+    out["chance_r1"] = 1.0 / len(captions)
+    return out
+
+
+def save_student(student: LClip, out: str, stage_epochs: tuple[int, int]) -> None:
+    state = {f"student.{k}": v.detach().cpu().contiguous() for k, v in student.state_dict().items()}
+    with atomic_path(out) as tmp:
+        torch.save({"state_dict": state, "epoch": sum(stage_epochs), "stage_epochs": list(stage_epochs)}, tmp)
+
+
+def _params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _validate(cfg: DistillConfig) -> None:
+    require_keys(cfg, ("teacher", "dataset", "images_root", "out"), "distill_lclip")
+    for key in ("vision_layers", "text_layers"):
+        if getattr(cfg, key) % cfg.repeats:
+            raise ConfigError(f"{key} ({getattr(cfg, key)}) must be a multiple of repeats ({cfg.repeats})")
