@@ -38,9 +38,9 @@ from rewards import RewardBank, ScoringContext, document_frequency, save_df
 @dataclass
 class DecodeBenchConfig:
     which: Literal["decode", "scst"] = option("decode", help="the benchmark to run", positional=True)
-    images: int = option(50, help="images per batch")
+    images: int = option(50, help="images per batch", at_least=1)
     model: Literal["reference", "world"] = option("reference", help="decode: the model size")
-    repeats: int = option(3, help="repeats per measurement (medians are reported)")
+    repeats: int = option(3, help="repeats per measurement (medians are reported)", at_least=1)
 
 
 WORLD_MODEL = ModelConfig(d_model=192, n_heads=4, enc_layers=3, dec_layers=3, d_ff=512, visual_stem="linear")

@@ -28,6 +28,8 @@ class TrainerState:
     epoch: int = 0  # the epoch to run next (or the one in progress)
     step_in_epoch: int = 0  # batches of `epoch` already consumed
     global_step: int = 0  # optimizer steps so far
+    loss_sum: float = 0.0  # the epoch in progress: sum of its batch losses over all processes so far
+    loss_batches: int = 0  # ... and how many batches that sum holds
     stage: str = "xe"
     best_score: float | None = None
     best_epoch: int | None = None
@@ -109,6 +111,23 @@ def read_checkpoint(path: Path) -> tuple[TrainerState, dict, Vocab]:
     except (FileNotFoundError, json.JSONDecodeError, TypeError, yaml.YAMLError) as exc:
         raise DataError(f"{path}: not an rlcap checkpoint: {exc}") from None
     return state, cfg, Vocab.load(path / "vocab.json")
+
+
+def load_weights(model, path: Path, what: str) -> None:
+    """A checkpoint's model.safetensors into `model`; a missing, truncated or mismatched file is a
+    DataError naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_model
+
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise DataError(f"{what} {path}: no model.safetensors")
+    try:
+        load_model(model, str(weights))
+    except SafetensorError as exc:
+        raise DataError(f"{what} {weights}: corrupt or truncated safetensors file ({exc})") from None
+    except RuntimeError as exc:
+        raise DataError(f"{what} {path}: weights do not fit this model config: {exc}") from None
 
 
 def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:

@@ -33,7 +33,7 @@ class DataPaths:
 class EvaluateConfig:
     checkpoint: str = option("", help="a checkpoint directory, e.g. runs/x/checkpoints/best")
     split: str = option("test", help="the split to decode")
-    beam: int = option(1, help="beam size (1 = greedy)")
+    beam: int = option(1, help="beam size (1 = greedy)", at_least=1)
     out: str = option("", help="results JSON (COCO results format); scores go beside it (.scores.json)")
     metrics: str | None = option(None, help="comma list (default: the run's eval.metrics)")
     data: DataPaths = option(factory=DataPaths, help="the run's data paths to replace (--set data.feats=...)")

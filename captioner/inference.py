@@ -7,11 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_model
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from captioner.checkpoint import read_checkpoint
+from captioner.checkpoint import load_weights, read_checkpoint
 from captioner.data import CaptionDataset, Labels, collate
 from captioner.decoding import beam_search, greedy
 from captioner.model import Captioner
@@ -29,10 +28,7 @@ def load_captioner(checkpoint: str | Path, overrides: Sequence[str] = ()) -> tup
     state, saved_cfg, vocab = read_checkpoint(path)
     cfg = build(TrainConfig, apply_overrides(saved_cfg, overrides))
     model = Captioner(cfg.model, state.vocab_size, state.max_len, state.feat_dim, state.n_tokens, state.fc_dim)
-    weights = path / "model.safetensors"
-    if not weights.exists():
-        raise DataError(f"{path}: no model.safetensors")
-    load_model(model, str(weights))
+    load_weights(model, path, "checkpoint")
     return model.eval(), cfg, vocab
 
 

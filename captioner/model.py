@@ -7,28 +7,30 @@ reference SCST codebase. The output layer has V + 1 classes (0 = EOS).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plumbing.config import option
 from plumbing.errors import ConfigError
 
 
 @dataclass
 class ModelConfig:
-    d_model: int = 512
-    n_heads: int = 8
-    enc_layers: int = 6
-    dec_layers: int = 6
-    d_ff: int = 2048
-    dropout: float = 0.1
-    use_pooled: bool = False  # add the pooled feature as one more memory token
-    tie_embeddings: bool = True
-    visual_stem: Literal["linear", "patch_conv"] = "linear"
-    stem_channels: list[int] = field(default_factory=lambda: [32, 64, 128])  # patch_conv: stride-2 convs
+    d_model: int = option(512, help="model width", at_least=1)
+    n_heads: int = option(8, help="attention heads (must divide d_model)", at_least=1)
+    enc_layers: int = option(6, help="encoder layers", at_least=1)
+    dec_layers: int = option(6, help="decoder layers", at_least=1)
+    d_ff: int = option(2048, help="feed-forward width", at_least=1)
+    dropout: float = option(0.1, help="dropout probability", at_least=0, at_most=1)
+    use_pooled: bool = option(False, help="add the pooled feature as one more memory token")
+    tie_embeddings: bool = option(True, help="the output layer shares the word embedding")
+    visual_stem: Literal["linear", "patch_conv"] = option("linear", help="patch_conv: a CNN over `patches` features")
+    stem_channels: list[int] = option(factory=lambda: [32, 64, 128], help="patch_conv: channels of the stride-2 convs",
+                                      at_least=1)
 
 
 class LinearStem(nn.Module):

@@ -14,6 +14,8 @@ Captions are tokenised like the metrics see them (plumbing.ptb: pycocoevalcap's 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,13 +23,12 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import yaml
 
 from plumbing.atomic import atomic_path, write_json
 from plumbing.cli import command, config_parser, parse_config
-from plumbing.config import dump_config, option, to_dict
-from plumbing.errors import ConfigError
+from plumbing.config import dump_config, option, require_keys, to_dict
 from plumbing.karpathy import ImageEntry, load_dataset
+from plumbing.locks import hold_lock, release_lock
 from plumbing.ptb import ptb_tokenize
 from rewards import document_frequency, save_df
 
@@ -39,8 +40,8 @@ TOKENIZER = "ptb-python"
 class PreproConfig:
     dataset: str = option("", help="Karpathy-format dataset.json (COCO, Flickr, the offline world)")
     out: str = option("", help="output directory")
-    min_count: int = option(5, help="words seen fewer times in train become UNK")
-    max_len: int = option(16, help="captions are cut to this many tokens")
+    min_count: int = option(5, help="words seen fewer times in train become UNK", at_least=1)
+    max_len: int = option(16, help="captions are cut to this many tokens", at_least=1)
 
 
 def tokenize_captions(entries: list[ImageEntry]) -> list[list[list[str]]]:
@@ -88,28 +89,35 @@ def write_labels(path: Path, arrays: dict[str, np.ndarray], entries: list[ImageE
 
 
 OUTPUTS = ("labels.h5", "vocab.json", "refs.json", "cider_df.json.gz", "prepro_config.yaml")
+MANIFEST = "prepro_manifest.json"  # written last: the outputs are one set only when it matches them
+
+
+def _stamp(path: Path) -> list[int]:
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns]
 
 
 def is_complete(cfg: PreproConfig) -> bool:
-    """Outputs exist, were made with this config, and are newer than the dataset."""
+    """The manifest says these outputs were made together, with this config, from this dataset."""
     out = Path(cfg.out)
-    paths = [out / name for name in OUTPUTS]
-    if not all(p.exists() for p in paths) or not Path(cfg.dataset).exists():
+    try:
+        manifest = json.loads((out / MANIFEST).read_text())
+        return (manifest["config"] == to_dict(cfg) and manifest["dataset"] == _stamp(Path(cfg.dataset))
+                and all(manifest["files"][name] == _stamp(out / name) for name in OUTPUTS))
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    same = yaml.safe_load((out / "prepro_config.yaml").read_text()) == to_dict(cfg)
-    return same and min(p.stat().st_mtime for p in paths) >= Path(cfg.dataset).stat().st_mtime
 
 
 def prepro(cfg: PreproConfig) -> Path:
-    if not cfg.dataset or not cfg.out:
-        raise ConfigError("prepro needs both 'dataset' and 'out'")
-    if cfg.max_len < 1 or cfg.min_count < 1:
-        raise ConfigError("'max_len' and 'min_count' must be >= 1")
+    require_keys(cfg, ("dataset", "out"), "prepro")
     entries = load_dataset(cfg.dataset)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     tokens = tokenize_captions(entries)
+    warn_empty_captions(cfg.dataset, entries, tokens)
     vocab = build_vocab(entries, tokens, cfg.min_count)
+    out = Path(cfg.out)
+    hold_lock(out / ".lock", f"prepro output {out}")
+    # The outputs change one by one from here: no manifest means no complete set until the end.
+    (out / MANIFEST).unlink(missing_ok=True)
     write_labels(out / "labels.h5", encode_labels(tokens, vocab, cfg.max_len), entries, len(vocab))
     write_json(out / "vocab.json", {
         "ix_to_word": {str(i + 1): w for i, w in enumerate(vocab)}, "unk": UNK, "pad_ix": 0,
@@ -120,7 +128,18 @@ def prepro(cfg: PreproConfig) -> Path:
     df, n_docs = document_frequency(train_docs)
     save_df(out / "cider_df.json.gz", df, n_docs, TOKENIZER)
     dump_config(cfg, out / "prepro_config.yaml")
+    write_json(out / MANIFEST, {"config": to_dict(cfg), "dataset": _stamp(Path(cfg.dataset)),
+                                "files": {name: _stamp(out / name) for name in OUTPUTS}}, indent=1)
+    release_lock(out / ".lock")
     return out
+
+
+def warn_empty_captions(dataset: str, entries: list[ImageEntry], tokens: list[list[list[str]]]) -> None:
+    """Captions with no words left after tokenisation (only punctuation) train the model on nothing."""
+    empty = [e.image_id for e, caps in zip(entries, tokens, strict=True) for cap in caps if not cap]
+    if empty:
+        print(f"warning: {dataset}: {len(empty)} caption(s) have no words after tokenisation (punctuation only?), "
+              f"in image ids {sorted(set(empty))[:10]}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -160,7 +160,7 @@ def build_report(run: Path, by: str | None, samples: int) -> Path:
 class ReportConfig:
     run: str = option("", help="a captioner.train run folder")
     by: str | None = option(None, help="metric that picks the checkpoint (default: the run's eval.select_by)")
-    samples: int = option(8, help="sample captions shown with their rewards")
+    samples: int = option(8, help="sample captions shown with their rewards", at_least=0)
 
 
 @command

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from plumbing.atomic import append_line, write_json
+from plumbing.atomic import append_line, to_json, write_json
 
 
 class RunLog:
@@ -30,7 +30,7 @@ class RunLog:
 
     def epoch(self, record: dict) -> None:
         if self.enabled:
-            append_line(self.run_dir / "metrics.jsonl", json.dumps(record))
+            append_line(self.run_dir / "metrics.jsonl", to_json(record))
             self.writer.flush()
 
     def samples(self, epoch: int, captions: dict[int, str]) -> None:

@@ -3,7 +3,7 @@ and a token-level policy-gradient loss masked after EOS."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -11,23 +11,24 @@ import torch.nn.functional as F
 
 from captioner.decoding import Decoded, greedy
 from captioner.vocab import Vocab
+from plumbing.config import option
 from plumbing.errors import ConfigError
 from rewards import RewardBank, RewardOutput
 
 
 @dataclass
 class ScstConfig:
-    rewards: dict[str, float] = field(default_factory=lambda: {"cider_d": 1.0})
-    k: int = 5  # samples per image
-    baseline: Literal["loo", "greedy", "none"] = "loo"
-    scale_by_std: bool = False  # divide advantages by the per-image std of rewards
-    entropy_bonus: float = 0.0
-    temperature: float = 1.0
-    top_k: int = 0
-    memory_mode: bool = False  # sample without gradients, then one teacher-forced pass for log-probs
-    cider_eos: bool = False  # cider_d counts EOS as a word (the reference codebase does)
-    init_from: str | None = None  # checkpoint directory whose weights start SCST (usually XE's best)
-    sample_table_every: int = 100  # steps between logged tables of samples
+    rewards: dict[str, float] = option(factory=lambda: {"cider_d": 1.0}, help="the reward mix: {name: weight}")
+    k: int = option(5, help="samples per image", at_least=1)
+    baseline: Literal["loo", "greedy", "none"] = option("loo", help="loo: mean of the other K-1 samples")
+    scale_by_std: bool = option(False, help="divide advantages by the per-image std of rewards")
+    entropy_bonus: float = option(0.0, help="weight of the sample entropy added to the objective", at_least=0)
+    temperature: float = option(1.0, help="sampling temperature", above=0)
+    top_k: int = option(0, help="sample from the k most likely words (0 = all)", at_least=0)
+    memory_mode: bool = option(False, help="sample without gradients, then one teacher-forced pass for log-probs")
+    cider_eos: bool = option(False, help="cider_d counts EOS as a word (the reference codebase does)")
+    init_from: str | None = option(None, help="checkpoint directory whose weights start SCST (usually XE's best)")
+    sample_table_every: int = option(100, help="steps between logged tables of samples", at_least=1)
 
 
 def check_scst_config(cfg: ScstConfig) -> None:

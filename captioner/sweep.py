@@ -44,13 +44,13 @@ class SweepConfig:
     base: str = option("", help="the SCST training config every run starts from")
     reward_a: str = option("l_clip_s", help="the reward weighted by α")
     reward_b: str = option("cider_d", help="the reward weighted by 1 − α")
-    alphas: list[float] = option(factory=lambda: [0.0, 0.3, 0.5, 0.7, 1.0], help="the α values, one run each")
+    alphas: list[float] = option(factory=lambda: [0.0, 0.3, 0.5, 0.7, 1.0], help="the α values in [0, 1], one run each")
     select_by: str = option("specs", help="each run's row in the summary is its best epoch by this metric")
     select_mode: Literal["auto", "max", "min"] = option("auto", help="auto: the metric's own direction")
     overrides: list[str] = option(factory=list, help="`key=value` applied to every run's config", flag=False)
     launcher: Literal["inprocess", "accelerate"] = option(
         "inprocess", help="runs in this process, or each under its own `accelerate launch`")
-    num_processes: int = option(1, help="processes per run under `launcher: accelerate`")
+    num_processes: int = option(1, help="processes per run under `launcher: accelerate`", at_least=1)
 
 
 def run_name(alpha: float) -> str:

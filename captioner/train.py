@@ -10,7 +10,6 @@ latest` continues an interrupted run exactly where it stopped.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from tqdm import tqdm
 from captioner.checkpoint import (
     TrainerState,
     config_differences,
+    load_weights,
     read_checkpoint,
     resolve_checkpoint,
     save_checkpoint,
@@ -38,10 +38,11 @@ from captioner.train_config import TrainConfig, scoring_context
 from captioner.validation import decode_split
 from captioner.vocab import Vocab
 from features.store import FeatureReader
-from plumbing.atomic import write_text
+from plumbing.atomic import to_json, write_text
 from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import dump_config, to_dict
 from plumbing.errors import ConfigError, DataError, RlcapError
+from plumbing.locks import hold_lock, release_lock
 from plumbing.schedules import lr_factor
 from plumbing.tables import format_table
 from rewards import MetricSuite, RewardBank
@@ -89,6 +90,36 @@ def check_resume(ckpt: Path, cfg: TrainConfig, vocab: Vocab, shapes: TrainerStat
     return state
 
 
+def load_training_state(accelerator: Accelerator, checkpoint: Path) -> None:
+    from safetensors import SafetensorError
+
+    try:
+        accelerator.load_state(str(checkpoint))
+    except (SafetensorError, EOFError, RuntimeError) as exc:
+        raise DataError(f"cannot resume from {checkpoint}: a state file is corrupt or truncated ({exc}); "
+                        "resume from an earlier checkpoint (--resume DIR) instead") from None
+
+
+def check_selection(cfg: TrainConfig, suite: MetricSuite) -> None:
+    """eval.select_by must be a metric this run computes (or val_loss), with a direction."""
+    computed = [n for n in suite.names if n not in suite.skipped] + ["val_loss"]
+    if cfg.eval.select_by not in computed:
+        why = f" ({suite.skipped[cfg.eval.select_by]})" if cfg.eval.select_by in suite.skipped else ""
+        raise ConfigError(f"eval.select_by {cfg.eval.select_by!r} is not among the metrics this run computes{why}: "
+                          f"{', '.join(computed)}; add it to eval.metrics or select by another")
+    metric_mode(cfg.eval.select_by, cfg.eval.select_mode)
+
+
+def check_fresh_start(run_dir: Path, checkpoint: Path | None) -> None:
+    """A run that starts from scratch must not overwrite a run that is already there."""
+    if checkpoint is not None:
+        return
+    logged = len(read_metrics(run_dir))
+    if logged or (run_dir / "checkpoints" / "last").exists():
+        raise ConfigError(f"{run_dir} already holds a run ({logged} epoch(s) logged); continue it with --resume auto "
+                          "(or latest), or give this one another run.name")
+
+
 def uses_scst(cfg: TrainConfig) -> bool:
     return cfg.train.stage == "scst" or cfg.train.scst_from_epoch >= 0
 
@@ -101,17 +132,12 @@ def stage_of(cfg: TrainConfig, epoch: int) -> str:
 
 def init_weights(model: Captioner, checkpoint: str, vocab: Vocab) -> None:
     """Start from another run's weights (SCST from an XE checkpoint)."""
-    from safetensors.torch import load_model
-
     path = Path(checkpoint)
     _, _, saved_vocab = read_checkpoint(path)
     if saved_vocab != vocab:
         raise DataError(f"scst.init_from {path}: its vocabulary differs from the data's: "
                         f"{saved_vocab.differences(vocab)}")
-    try:
-        load_model(model, str(path / "model.safetensors"))
-    except (RuntimeError, FileNotFoundError) as exc:
-        raise DataError(f"scst.init_from {path}: weights do not fit this model config: {exc}") from None
+    load_weights(model, path, "scst.init_from")
 
 
 def make_loaders(cfg: TrainConfig, labels: Labels) -> tuple[DataLoader, DataLoader, CaptionDataset]:
@@ -157,6 +183,8 @@ class Trainer:
             # The schedule counts optimizer steps, however many processes share a step.
             step_scheduler_with_optimizer=False,
         )
+        if self.accelerator.is_main_process:  # one process per run folder, before anything in it is read
+            hold_lock(self.run_dir / ".lock", f"run {self.run_dir}")
         set_seed(cfg.run.seed)  # before the model is built: same init on every process
         self.labels = Labels.load(cfg.data.labels)
         self.vocab = Vocab.load(cfg.data.vocab)
@@ -186,9 +214,13 @@ class Trainer:
         self.model, self.optimizer, self.train_loader, self.val_loader, self.scheduler = self.accelerator.prepare(
             model, optimizer, train_loader, val_loader, scheduler)
         if ckpt:
-            self.accelerator.load_state(str(ckpt))
-        self.log = RunLog(self.run_dir, self.accelerator.is_main_process)
+            load_training_state(self.accelerator, ckpt)
         self.suite = MetricSuite(cfg.eval.metrics, self.scoring) if self.accelerator.is_main_process else None
+        if self.suite is not None:
+            check_selection(cfg, self.suite)
+            check_fresh_start(self.run_dir, ckpt)
+        # Everything is checked: only from here on is anything in the run folder written.
+        self.log = RunLog(self.run_dir, self.accelerator.is_main_process)
         if self.accelerator.is_main_process:
             dump_config(cfg, self.run_dir / "config.yaml")
             self._drop_metrics_after(self.state.epoch)
@@ -203,7 +235,7 @@ class Trainer:
     def _drop_metrics_after(self, epoch: int) -> None:
         """A resumed run re-logs the epochs it redoes; keep metrics.jsonl free of duplicates."""
         records = [r for r in read_metrics(self.run_dir) if r["epoch"] < epoch]
-        write_text(self.run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+        write_text(self.run_dir / "metrics.jsonl", "".join(to_json(r) + "\n" for r in records))
 
     def fit(self) -> TrainerState:
         for epoch in range(self.state.epoch, self.cfg.train.epochs):
@@ -214,6 +246,7 @@ class Trainer:
         self.log.close()
         if self.suite is not None:
             self.suite.close()
+            release_lock(self.run_dir / ".lock")
         return self.state
 
     def train_epoch(self, epoch: int) -> float:
@@ -228,6 +261,8 @@ class Trainer:
         self.state.stage = stage_of(cfg, epoch)
         bar = tqdm(total=limit, initial=skip, desc=f"epoch {epoch} {self.state.stage}", unit="batch",
                    disable=not (self.progress and acc.is_local_main_process))
+        # batches of this epoch done before an interruption still count in its logged train_loss
+        self.carried = (self.state.loss_sum, self.state.loss_batches) if skip else (0.0, 0)
         losses = []
         for index in range(skip, limit):
             batch = next(batches, None)
@@ -250,8 +285,14 @@ class Trainer:
             if acc.sync_gradients:
                 self._after_step(epoch, index + 1, losses)
         bar.close()
-        mean = torch.tensor(sum(losses) / max(1, len(losses)), device=acc.device)
-        return float(acc.reduce(mean, reduction="mean"))
+        total, count = self._pooled_loss(losses)
+        return total / max(1, count)
+
+    def _pooled_loss(self, losses: list[float]) -> tuple[float, int]:
+        """Sum and count of this epoch's batch losses over all processes, the carried part included."""
+        local = torch.tensor([sum(losses), len(losses)], dtype=torch.float64, device=self.accelerator.device)
+        pooled = self.accelerator.reduce(local, reduction="sum")
+        return self.carried[0] + float(pooled[0]), self.carried[1] + int(pooled[1])
 
     def _loss(self, batch: dict) -> torch.Tensor:
         if self.state.stage == "xe":
@@ -276,6 +317,7 @@ class Trainer:
         every = self.cfg.checkpoint.every_steps
         if every and step % every == 0:
             self.state.epoch, self.state.step_in_epoch = epoch, consumed
+            self.state.loss_sum, self.state.loss_batches = self._pooled_loss(losses)
             save_checkpoint(self.accelerator, self.run_dir, f"step_{step}", self.state, self.cfg, self.vocab,
                             False, self.cfg.checkpoint.keep_last)
 
@@ -283,19 +325,24 @@ class Trainer:
         out = decode_split(self.accelerator, self.model, self.val_loader, self.vocab, self.cfg.eval)
         self.val_captions = out.captions
         metrics = {"val_loss": out.loss}
+        self.skipped: dict[str, str] = {}
         if self.suite is not None:
             result = self.suite.score(out.captions, self.refs)
             metrics.update(result.corpus)
+            self.skipped = {k: v for k, v in result.skipped.items() if k not in self.suite.skipped}
+            if self.skipped:
+                print(f"epoch {epoch}: skipped {self.skipped}", flush=True)
         return metrics
 
     def end_epoch(self, epoch: int, train_loss: float, metrics: dict[str, float], seconds: float) -> None:
         cfg = self.cfg
         score = metrics.get(cfg.eval.select_by)
         is_best = False
-        if self.accelerator.is_main_process:
-            if score is None:
-                raise ConfigError(f"eval.select_by {cfg.eval.select_by!r} is not among the computed metrics "
-                                  f"{sorted(metrics)}; add it to eval.metrics")
+        if self.accelerator.is_main_process and score is None:
+            # checked at the start, so it failed this epoch (e.g. METEOR's Java process): no best here
+            print(f"epoch {epoch}: {cfg.eval.select_by} could not be computed ({self.skipped.get(cfg.eval.select_by)});"
+                  " this epoch cannot become the best checkpoint", flush=True)
+        elif self.accelerator.is_main_process:
             better = (lambda a, b: a > b) if metric_mode(cfg.eval.select_by, cfg.eval.select_mode) == "max" \
                 else (lambda a, b: a < b)
             is_best = self.state.best_score is None or better(score, self.state.best_score)
@@ -312,6 +359,7 @@ class Trainer:
             shown = {k: round(v, 4) for k, v in record.items() if isinstance(v, float)}
             print(f"epoch {epoch}: {shown}", flush=True)
         self.state.epoch, self.state.step_in_epoch = epoch + 1, 0
+        self.state.loss_sum, self.state.loss_batches = 0.0, 0
         save_checkpoint(self.accelerator, self.run_dir, f"epoch_{epoch}", self.state, cfg, self.vocab, is_best,
                         cfg.checkpoint.keep_last)
 

@@ -8,71 +8,74 @@ from typing import Literal
 from captioner.model import ModelConfig
 from captioner.scst import ScstConfig
 from features.clip_models.spec import RewardModelSpec
+from plumbing.config import option
 from plumbing.references import load_references
 from rewards import ScoringContext
 
 
 @dataclass
 class RunConfig:
-    name: str = "run"
-    out_dir: str = "runs"
-    seed: int = 0
+    name: str = option("run", help="the run's folder name under out_dir")
+    out_dir: str = option("runs", help="where run folders go")
+    seed: int = option(0, help="random seed (model init, caption sampling, data order)")
 
 
 @dataclass
 class DataConfig:
-    labels: str = ""  # prepro's labels.h5
-    vocab: str = ""  # prepro's vocab.json
-    refs: str = ""  # prepro's refs.json
-    feats: str = ""  # feats.h5
-    cider_df: str | None = None  # prepro's cider_df.json.gz (cider_d metric/reward)
-    scenes: str | None = None  # the offline world's scenes.json (grounding diagnostics)
-    seq_per_img: int = 5
-    batch_size: int = 50  # images per step per process
-    workers: int = 2
-    val_split: str = "val"
-    max_val_images: int = 0  # 0 = all
+    labels: str = option("", help="prepro's labels.h5")
+    vocab: str = option("", help="prepro's vocab.json")
+    refs: str = option("", help="prepro's refs.json")
+    feats: str = option("", help="feats.h5 from features.extract")
+    cider_df: str | None = option(None, help="prepro's cider_df.json.gz (the cider_d metric and reward)")
+    scenes: str | None = option(None, help="the offline world's scenes.json (grounding diagnostics)")
+    seq_per_img: int = option(5, help="reference captions per image per step", at_least=1)
+    batch_size: int = option(50, help="images per step per process", at_least=1)
+    workers: int = option(2, help="DataLoader worker processes", at_least=0)
+    val_split: str = option("val", help="the split evaluated every epoch")
+    max_val_images: int = option(0, help="evaluate at most this many val images (0 = all)", at_least=0)
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 5e-4
-    weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    warmup_steps: int = 500
-    schedule: Literal["cosine", "linear", "constant"] = "cosine"
-    min_lr_ratio: float = 0.05
-    grad_clip: float = 1.0
-    accumulation_steps: int = 1
-    label_smoothing: float = 0.0
+    lr: float = option(5e-4, help="peak learning rate", above=0)
+    weight_decay: float = option(0.01, help="AdamW weight decay", at_least=0)
+    betas: list[float] = option(factory=lambda: [0.9, 0.98], help="AdamW betas", at_least=0, at_most=0.999999)
+    warmup_steps: int = option(500, help="linear warmup steps", at_least=0)
+    schedule: Literal["cosine", "linear", "constant"] = option("cosine", help="decay after warmup")
+    min_lr_ratio: float = option(0.05, help="the rate never falls below this share of the peak", at_least=0,
+                                 at_most=1)
+    grad_clip: float = option(1.0, help="clip the gradient norm to this (0 = no clipping)", at_least=0)
+    accumulation_steps: int = option(1, help="batches per optimizer step", at_least=1)
+    label_smoothing: float = option(0.0, help="XE label smoothing", at_least=0, at_most=1)
 
 
 @dataclass
 class TrainSection:
-    epochs: int = 10
-    stage: Literal["xe", "scst"] = "xe"
-    mixed_precision: Literal["auto", "no", "fp16", "bf16"] = "auto"
-    log_every: int = 20
-    max_steps_per_epoch: int = 0  # 0 = the whole split (a knob for quick runs)
-    scst_from_epoch: int = -1  # XE -> SCST schedule: epochs from this one on run SCST (-1 = never)
+    epochs: int = option(10, help="epochs to train", at_least=1)
+    stage: Literal["xe", "scst"] = option("xe", help="xe (cross-entropy) or scst (self-critical) from the start")
+    mixed_precision: Literal["auto", "no", "fp16", "bf16"] = option("auto", help="auto: bf16/fp16 on GPU, no on CPU")
+    log_every: int = option(20, help="optimizer steps between logged training scalars", at_least=1)
+    max_steps_per_epoch: int = option(0, help="cap the steps of an epoch (0 = the whole split)", at_least=0)
+    scst_from_epoch: int = option(-1, help="XE -> SCST: epochs from this one on run SCST (-1 = never)", at_least=-1)
 
 
 @dataclass
 class EvalConfig:
-    metrics: list[str] = field(default_factory=lambda: ["bleu_4", "rouge_l", "cider", "mean_length", "repeat_2"])
-    decode: Literal["greedy", "beam"] = "greedy"
-    beam_size: int = 3
-    length_penalty: float = 0.0
-    batch_size: int = 100
-    select_by: str = "cider"
-    select_mode: Literal["auto", "max", "min"] = "auto"  # auto: the metric's own direction
-    show_samples: int = 8
+    metrics: list[str] = option(factory=lambda: ["bleu_4", "rouge_l", "cider", "mean_length", "repeat_2"],
+                                help="metrics computed on val every epoch")
+    decode: Literal["greedy", "beam"] = option("greedy", help="val decoding")
+    beam_size: int = option(3, help="beam size when decode is beam", at_least=1)
+    length_penalty: float = option(0.0, help="beam score / length ** length_penalty", at_least=0)
+    batch_size: int = option(100, help="val images per decoding batch", at_least=1)
+    select_by: str = option("cider", help="the metric that marks the best checkpoint")
+    select_mode: Literal["auto", "max", "min"] = option("auto", help="auto: the metric's own direction")
+    show_samples: int = option(8, help="val captions shown in tensorboard each epoch", at_least=0)
 
 
 @dataclass
 class CheckpointConfig:
-    keep_last: int = 3
-    every_steps: int = 0  # also save mid-epoch every N optimizer steps (0 = only at epoch ends)
+    keep_last: int = option(3, help="checkpoints kept besides best (0 = all)", at_least=0)
+    every_steps: int = option(0, help="also save mid-epoch every N optimizer steps (0 = epoch ends only)", at_least=0)
 
 
 @dataclass

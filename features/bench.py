@@ -23,10 +23,10 @@ from plumbing.config import option
 
 @dataclass
 class FeaturesBenchConfig:
-    images: int = option(1000, help="world images to render and extract")
-    clip_images: int = option(96, help="images for the open_clip extraction")
+    images: int = option(1000, help="world images to render and extract", at_least=1)
+    clip_images: int = option(96, help="images for the open_clip extraction", at_least=1)
     arch: str = option("ViT-B-32", help="open_clip architecture (random init)")
-    repeats: int = option(3, help="repeats per measurement (medians are reported)")
+    repeats: int = option(3, help="repeats per measurement (medians are reported)", at_least=1)
 
 
 def median_rate(fn: Callable[[int], None], items: int, repeats: int) -> dict:

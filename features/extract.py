@@ -26,6 +26,7 @@ from plumbing.config import dump_config, option, require_keys
 from plumbing.device import pick_device
 from plumbing.errors import ConfigError, DataError
 from plumbing.karpathy import load_dataset
+from plumbing.locks import hold_lock
 
 
 @dataclass
@@ -38,19 +39,21 @@ class ExtractConfig:
                                     "a hub tag")
     out: str = option("", help="output feats.h5 (captioner features)")
     embeds_out: str | None = option(None, help="write L2-normalised image embeddings here (embeds/<key>.h5)")
-    image_size: int = option(64, help="patches backbone: resize images to this side (open_clip uses its model's)")
-    patch: int = option(8, help="patches backbone: patch side in pixels")
-    batch_size: int = option(64, help="images per batch")
-    workers: int = option(2, help="DataLoader workers")
+    image_size: int = option(64, help="patches backbone: resize images to this side (open_clip uses its model's)",
+                             at_least=8)
+    patch: int = option(8, help="patches backbone: patch side in pixels", at_least=1)
+    batch_size: int = option(64, help="images per batch", at_least=1)
+    workers: int = option(2, help="DataLoader workers", at_least=0)
     dtype: str = option("float16", help="float16 or float32 for feats.h5")
     device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
+    allow_outside_root: bool = option(False, help="follow image paths and symlinks that lead outside images_root")
 
 
 def extract(cfg: ExtractConfig, on_batch: Callable[[int], None] | None = None, progress: bool = True) -> Path:
     """Run (or resume) one extraction. `on_batch(n_written)` is called after each flushed batch."""
     _validate(cfg)
     entries = load_dataset(cfg.dataset)
-    paths = check_images_exist(cfg.images_root, entries)
+    paths = check_images_exist(cfg.images_root, entries, cfg.allow_outside_root)
     backbone = make_backbone(cfg.backbone, cfg.pretrained, cfg.image_size, cfg.patch, pick_device(cfg.device))
     attrs = {"backbone": backbone.name, "fingerprint": backbone.fingerprint, "image_size": backbone.image_size,
              "dataset": str(cfg.dataset)}
@@ -59,6 +62,7 @@ def extract(cfg: ExtractConfig, on_batch: Callable[[int], None] | None = None, p
         if progress:
             print(f"{main_out} already holds these features ({backbone.name}); nothing to do")
         return main_out
+    hold_lock(main_out.with_name(main_out.name + ".lock"), f"extraction into {main_out}")
     writers = _open_writers(cfg, backbone, attrs)
     try:
         done = _resume_point(writers)

@@ -1,11 +1,14 @@
-"""Image paths resolved safely inside an images root, and a Dataset that reads them."""
+"""Image paths resolved safely inside an images root, images decoded to RGB correctly whatever
+their mode, and a Dataset that reads them."""
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
@@ -13,29 +16,57 @@ from torch.utils.data import Dataset
 from plumbing.errors import DataError
 from plumbing.karpathy import ImageEntry
 
+# Decoding failures that belong to one image file (the file is named in the message).
+IMAGE_ERRORS = (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError,
+                Image.DecompressionBombWarning, SyntaxError)
 
-def resolve_image_path(root: str | Path, entry: ImageEntry) -> str:
-    """root/filepath/filename, refusing paths that leave the root (absolute or `..`).
 
-    Symlinks inside the root are allowed (COCO folders are often links); only the written path
-    is checked.
-    """
+def resolve_image_path(root: str | Path, entry: ImageEntry, allow_outside_root: bool = False) -> str:
+    """root/filepath/filename, refusing a path that leaves the root: absolute, `..`, or a symlink
+    whose target lies outside (unless `allow_outside_root`, e.g. a root of links into a shared store)."""
     root_norm = os.path.normpath(os.path.abspath(root))
     path = os.path.normpath(os.path.join(root_norm, entry.relpath))
-    if os.path.commonpath([root_norm, path]) != root_norm:
-        raise DataError(f"image id {entry.image_id}: path {entry.relpath!r} escapes the images root {root}")
+    if allow_outside_root:
+        return path
+    real_root, real_path = os.path.realpath(root_norm), os.path.realpath(path)
+    if os.path.commonpath([root_norm, path]) != root_norm or os.path.commonpath([real_root, real_path]) != real_root:
+        raise DataError(f"image id {entry.image_id}: path {entry.relpath!r} resolves to {real_path}, outside the "
+                        f"images root {root} (--allow-outside-root permits this)")
     return path
 
 
-def check_images_exist(root: str | Path, entries: list[ImageEntry]) -> list[str]:
+def check_images_exist(root: str | Path, entries: list[ImageEntry], allow_outside_root: bool = False) -> list[str]:
     if not Path(root).is_dir():
         raise DataError(f"images root {root} is not a directory")
-    paths = [resolve_image_path(root, e) for e in entries]
+    paths = [resolve_image_path(root, e, allow_outside_root) for e in entries]
     missing = [(e.image_id, p) for e, p in zip(entries, paths, strict=True) if not os.path.isfile(p)]
     if missing:
         shown = "; ".join(f"id {i}: {p}" for i, p in missing[:5])
         raise DataError(f"{len(missing)} image(s) missing under {root}: {shown}")
     return paths
+
+
+def open_rgb(path: str | Path) -> Image.Image:
+    """An 8-bit RGB image. High-bit-depth grayscale (16-bit PNGs) is scaled, not clipped to white;
+    palette and alpha images convert through RGBA; an image too large to decode safely is an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with Image.open(path) as img:
+            img.load()
+            return to_rgb(img)
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
+        values = np.asarray(img, dtype=np.float64)
+        top = 65535.0 if img.mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
+        if img.mode == "F" and values.max(initial=0) <= 1.0:
+            top = 1.0
+        gray = np.clip(np.rint(values / top * 255.0), 0, 255).astype(np.uint8)
+        return Image.fromarray(gray, mode="L").convert("RGB")
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")
+    return img.convert("RGB")
 
 
 class ImageFiles(Dataset):
@@ -51,9 +82,8 @@ class ImageFiles(Dataset):
     def __getitem__(self, k: int) -> tuple[int, torch.Tensor | None, str]:
         row = self.rows[k]
         try:
-            with Image.open(self.paths[row]) as img:
-                return row, self.transform(img.convert("RGB")), ""
-        except (OSError, UnidentifiedImageError, ValueError) as exc:
+            return row, self.transform(open_rgb(self.paths[row])), ""
+        except IMAGE_ERRORS as exc:
             return row, None, f"image id {self.ids[row]}: cannot read {self.paths[row]}: {exc}"
 
 

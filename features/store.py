@@ -8,6 +8,8 @@ with the same backbone continues from it, a run with another backbone refuses it
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -30,12 +32,43 @@ class FeatureWriter:
         self.columns = dict(columns)
         self.attrs = dict(attrs)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.partial.exists():
-            self.h5 = h5py.File(self.partial, "a")
-            check_identity(self.h5, self.attrs, self.partial)
-        else:
+        self.h5 = self._resume() if self.partial.exists() else None
+        if self.h5 is None:
             self.h5 = h5py.File(self.partial, "w")
             self._create()
+
+    def _resume(self) -> h5py.File | None:
+        """The partial file of an interrupted run, checked before it is continued. One that does
+        not read back (a crash mid-write) is moved aside and the work restarts; one from another
+        model is an error."""
+        try:
+            h5 = h5py.File(self.partial, "a")
+        except OSError as exc:
+            return self._set_aside(f"it does not open ({exc})")
+        try:
+            rows = h5["image_ids"].shape[0]
+            shapes = {name: h5[name].shape for name in self.columns}
+            h5["image_ids"][:]
+        except (KeyError, OSError, ValueError) as exc:
+            h5.close()
+            return self._set_aside(f"it is incomplete ({exc})")
+        bad = [n for n, (tail, _) in self.columns.items() if shapes[n][1:] != tuple(tail) or shapes[n][0] < rows]
+        if bad:
+            h5.close()
+            want = tuple(self.columns[bad[0]][0])
+            return self._set_aside(f"its {bad[0]} column has shape {shapes[bad[0]]}, expected rows of {want}")
+        try:
+            check_identity(h5, self.attrs, self.partial)
+        except DataError:
+            h5.close()
+            raise
+        return h5
+
+    def _set_aside(self, why: str) -> None:  # always None: the caller starts a new file
+        aside = self.partial.with_name(self.partial.name + f".corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(self.partial, aside)
+        print(f"{self.partial}: {why}; moved it to {aside} and starting this file again", file=sys.stderr)
+        return None
 
     def _create(self) -> None:
         self.h5.create_dataset("image_ids", shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(1024,))

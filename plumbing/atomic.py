@@ -7,11 +7,14 @@ after it was completely written (rename within a directory is atomic on POSIX).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from plumbing.errors import RlcapError
 
 
 def partial_path(path: str | os.PathLike) -> Path:
@@ -30,6 +33,9 @@ def atomic_path(path: str | os.PathLike, keep_partial: bool = False) -> Iterator
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = partial_path(final)
+    if not keep_partial:  # a partial left by a crashed run (even a segfault) must not be read as ours
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
     try:
         yield tmp
     except BaseException:
@@ -41,19 +47,41 @@ def atomic_path(path: str | os.PathLike, keep_partial: bool = False) -> Iterator
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    data = text.encode("utf-8")
+    with _disk_full_names(path, len(data)), atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
 
 
+def to_json(obj: Any, indent: int | None = None) -> str:
+    """JSON text that is always valid JSON: NaN or infinity is an error, never written."""
+    try:
+        return json.dumps(obj, indent=indent, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        raise RlcapError(f"refusing to write a non-finite number (NaN or infinity) as JSON: {exc}") from None
+
+
 def write_json(path: str | os.PathLike, obj: Any, indent: int | None = None) -> None:
-    write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+    write_text(path, to_json(obj, indent) + "\n")
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append one line and flush it to disk (logs such as metrics.jsonl)."""
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line.rstrip("\n") + "\n")
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    with _disk_full_names(path, len(data)), open(path, "ab") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+@contextlib.contextmanager
+def _disk_full_names(path: str | os.PathLike, size: int) -> Iterator[None]:
+    """A full disk names the file and how many bytes the write needed."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            exc.filename = exc.filename or str(path)
+            exc.bytes_needed = size
+        raise

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import functools
+import os
 import sys
 import types
 import typing
@@ -166,19 +168,64 @@ def parse_config(cls: type[T], parser: argparse.ArgumentParser,
 
 
 def command(main: Callable[[Sequence[str] | None], int | None]) -> Callable[[Sequence[str] | None], int]:
-    """Wrap a command's main: user errors print one line to stderr and exit non-zero."""
+    """Wrap a command's main: every failure is one line on stderr (what failed, the path or key,
+    what to do) and exit status 2; Ctrl-C is 130. RLCAP_DEBUG=1 shows the traceback instead."""
 
     @functools.wraps(main)
     def wrapper(argv: Sequence[str] | None = None) -> int:
         try:
             return int(main(argv) or 0)
-        except RlcapError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
         except KeyboardInterrupt:
-            print("interrupted; partial outputs are kept under *.partial names for resuming",
-                  file=sys.stderr)
+            print("interrupted; partial outputs are kept under *.partial names for resuming", file=sys.stderr)
             return EXIT_INTERRUPTED
+        except Exception as exc:  # noqa: BLE001 - the one error path of every command
+            if os.environ.get("RLCAP_DEBUG") == "1":
+                raise
+            print(f"error: {describe_error(exc)}", file=sys.stderr)
+            return EXIT_ERROR
 
     return wrapper
 
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the user: the project's own errors as they are, the others named by kind."""
+    if isinstance(exc, RlcapError):
+        return one_line(exc)
+    if isinstance(exc, OSError):
+        return _os_error(exc)
+    kind = type(exc).__name__
+    module = type(exc).__module__
+    if kind == "SafetensorError":
+        return f"a safetensors file is corrupt or truncated ({one_line(exc)}); re-create or re-download it"
+    if kind in ("DecompressionBombError", "DecompressionBombWarning"):
+        return f"an image is too large to decode safely ({one_line(exc)})"
+    if module.startswith("PIL"):
+        return f"cannot read an image ({kind}: {one_line(exc)})"
+    if isinstance(exc, MemoryError):
+        return "out of memory; lower the batch size (--set ...batch_size=...) or the number of workers"
+    return (f"{kind}: {one_line(exc)} (this is not an error rlcap names; RLCAP_DEBUG=1 shows the traceback, "
+            "please report it)")
+
+
+def _os_error(exc: OSError) -> str:
+    where = exc.filename if exc.filename is not None else "a file"
+    if exc.errno == errno.ENOSPC:
+        need = getattr(exc, "bytes_needed", None)
+        amount = f"; about {need} bytes more are needed" if need else ""
+        return (f"no space left on the device while writing {where}{amount}; free disk space and re-run "
+                "(finished outputs are kept, partial ones resume)")
+    if exc.errno == errno.EROFS:
+        return f"{where} is on a read-only file system; write to another place (e.g. --out or --set run.out_dir=...)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied: {where}; choose a place you can write to, or fix its permissions"
+    if exc.errno == errno.ENOENT:
+        return f"file or folder not found: {where}"
+    if exc.errno == errno.EISDIR:
+        return f"{where} is a directory, not a file"
+    return f"cannot read or write {where}: {exc.strerror or one_line(exc)}"
+
+
+def one_line(exc: BaseException, limit: int = 1000) -> str:
+    """The message on one line (lines joined), cut to `limit` characters."""
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -9,6 +9,7 @@ ConfigError that names the key and lists the valid ones.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -30,7 +31,15 @@ _BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": Fals
 
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2 booleans, so that `mixed_precision: no` stays the word
-    "no": only the field's type decides whether a word means a boolean."""
+    "no": only the field's type decides whether a word means a boolean. Aliases (`*name`) are
+    refused: a config never needs them, and nested ones expand exponentially (a YAML bomb)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ConfigError(f"YAML aliases are not allowed in configs (*{event.anchor} at line "
+                              f"{event.start_mark.line + 1}); write the value out")
+        return super().compose_node(parent, index)
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -41,11 +50,14 @@ _Loader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|F
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, factory: Callable[[], Any] | None = None,
-           flag: str | bool = True, positional: bool = False, flatten: bool = False) -> Any:
+           flag: str | bool = True, positional: bool = False, flatten: bool = False,
+           at_least: float | None = None, above: float | None = None, at_most: float | None = None) -> Any:
     """A config field that documents itself: `help` is its --help line, and the command line gets
     a flag for it (`--the-name`, or `flag`; False for none; `positional` for a bare argument).
-    A dataclass section with `flatten` gives its own fields flags without a prefix."""
-    metadata = {"help": help, "flag": flag, "positional": positional, "flatten": flatten}
+    A dataclass section with `flatten` gives its own fields flags without a prefix. `at_least`,
+    `above` and `at_most` bound a number (each item of a list of numbers); `build` checks them."""
+    bounds = {k: v for k, v in (("at_least", at_least), ("above", above), ("at_most", at_most)) if v is not None}
+    metadata = {"help": help, "flag": flag, "positional": positional, "flatten": flatten, "bounds": bounds}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -61,20 +73,42 @@ def read_yaml(path: str | Path, schema: type | None = None, _seen: tuple[Path, .
     if path in _seen:
         chain = " -> ".join(str(p) for p in (*_seen, path))
         raise ConfigError(f"{path}: inherit cycle: {chain}")
-    try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    data = _parse_file(path)
     base_name = data.pop(INHERIT_KEY, None)
     if base_name is None:
         return data
+    if not isinstance(base_name, str) or not base_name:
+        raise ConfigError(f"{path}: 'inherit' must name a YAML file (a path relative to this one), "
+                          f"got {short(base_name)}")
     base = read_yaml(path.parent / base_name, schema, (*_seen, path))
     return merge(base, data, schema)
+
+
+def _parse_file(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise ConfigError(f"config {path} is a directory; give a YAML file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); is this a YAML config?") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc.strerror or exc}") from None
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {short(exc, 300)}") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """repr of a value for an error message, cut to `limit` characters."""
+    text = repr(value) if not isinstance(value, BaseException) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def merge(base: Mapping[str, Any], over: Mapping[str, Any], schema: type | None = None) -> dict[str, Any]:
@@ -165,6 +199,8 @@ def build(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> T:
         key = _join(where, unknown[0])
         raise ConfigError(f"unknown config key {key!r}; valid keys here: {', '.join(sorted(fields))}")
     kwargs = {name: _coerce(hints[name], data[name], _join(where, name)) for name in data}
+    for name, value in kwargs.items():
+        _check_bounds(fields[name].metadata.get("bounds", {}), value, _join(where, name))
     missing = [
         name for name, f in fields.items()
         if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -172,6 +208,18 @@ def build(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> T:
     if missing:
         raise ConfigError(f"missing required config key {_join(where, missing[0])!r}")
     return cls(**kwargs)
+
+
+def _check_bounds(bounds: Mapping[str, float], value: Any, key: str) -> None:
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, (int, float)) or isinstance(item, bool):
+            continue
+        if "at_least" in bounds and item < bounds["at_least"]:
+            raise ConfigError(f"config key {key} must be at least {bounds['at_least']:g}, got {item!r}")
+        if "above" in bounds and item <= bounds["above"]:
+            raise ConfigError(f"config key {key} must be greater than {bounds['above']:g}, got {item!r}")
+        if "at_most" in bounds and item > bounds["at_most"]:
+            raise ConfigError(f"config key {key} must be at most {bounds['at_most']:g}, got {item!r}")
 
 
 def require_keys(cfg: Any, keys: Iterable[str], command: str) -> None:
@@ -218,21 +266,21 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
                 return _coerce(option, value, key)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(f"config key {key!r}: {value!r} matches none of {_type_name(tp)}")
+        raise ConfigError(f"config key {key!r}: {short(value)} matches none of {_type_name(tp)}")
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"config key {key!r}: {value!r} is not one of {', '.join(map(repr, args))}")
+            raise ConfigError(f"config key {key!r}: {short(value)} is not one of {', '.join(map(repr, args))}")
         return value
     if dataclasses.is_dataclass(tp):
         return build(tp, value, key)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"config key {key!r}: expected a list, got {value!r}")
+            raise ConfigError(f"config key {key!r}: expected a list, got {short(value)}")
         item = args[0] if args else Any
         return [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(f"config key {key!r}: expected a mapping, got {value!r}")
+            raise ConfigError(f"config key {key!r}: expected a mapping, got {short(value)}")
         val_tp = args[1] if len(args) == 2 else Any
         return {str(k): _coerce(val_tp, v, f"{key}.{k}") for k, v in value.items()}
     return _coerce_scalar(tp, value, key)
@@ -248,13 +296,18 @@ def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "5e-4" (no dot) as a string
+            number = float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads "5e-4" (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            if not math.isfinite(number):
+                raise ConfigError(f"config key {key!r}: must be a finite number, got {short(value)}")
+            return number
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -262,6 +315,4 @@ def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
             return str(value)
     elif isinstance(tp, type) and isinstance(value, tp):
         return value
-    raise ConfigError(
-        f"config key {key!r}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}"
-    )
+    raise ConfigError(f"config key {key!r}: expected {_type_name(tp)}, got {type(value).__name__} {short(value)}")

@@ -94,8 +94,9 @@ def _captions(where: str, sentences: object) -> list[str]:
     for k, sent in enumerate(sentences):
         if isinstance(sent, dict) and isinstance(sent.get("raw"), str):
             captions.append(sent["raw"])
-        elif isinstance(sent, dict) and isinstance(sent.get("tokens"), list):
-            captions.append(" ".join(str(t) for t in sent["tokens"]))
+        elif isinstance(sent, dict) and isinstance(sent.get("tokens"), list) and all(
+                isinstance(t, str) for t in sent["tokens"]):
+            captions.append(" ".join(sent["tokens"]))
         else:
-            raise DataError(f"{where}: sentences[{k}] needs a 'raw' string or a 'tokens' list")
+            raise DataError(f"{where}: sentences[{k}] needs a 'raw' string or a 'tokens' list of strings")
     return captions

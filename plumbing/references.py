@@ -45,8 +45,19 @@ def load_references(path: str | Path, split: str | None = None) -> dict[int, lis
                 raise DataError(f"{path}: no images in split {split!r}")
         return {e.image_id: e.raw_captions for e in entries}
     if isinstance(data, dict) and data and all(k.isdigit() and isinstance(v, list) for k, v in data.items()):
-        return {int(k): [str(c) for c in v] for k, v in data.items()}
+        return {int(k): _reference_list(path, int(k), v) for k, v in data.items()}
     raise DataError(f"{path}: not a Karpathy dataset.json, a COCO annotations file or a refs.json")
+
+
+def _reference_list(path: str | Path, image_id: int, captions: list) -> list[str]:
+    """A refs.json entry: a non-empty list of strings (never None, numbers or objects turned into text)."""
+    if not captions:
+        raise DataError(f"{path}: image id {image_id} has an empty reference list")
+    bad = [c for c in captions if not isinstance(c, str)]
+    if bad:
+        raise DataError(f"{path}: image id {image_id}: every reference must be a string, got "
+                        f"{type(bad[0]).__name__} {str(bad[0])[:60]!r}")
+    return list(captions)
 
 
 def _coco_annotations(path: str | Path, data: dict) -> dict[int, list[str]]:

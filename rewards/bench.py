@@ -25,7 +25,7 @@ from rewards.benchmarks.ngram import bench_corpus_metrics, bench_scst_cider_d, b
 class RewardsBenchConfig:
     which: Literal["ngram", "clip", "lclip"] = option("ngram", help="the benchmark to run", positional=True)
     data: str = option(str(COCO_1K), help="coco_val_1k.json-style file")
-    repeats: int = option(5, help="repeats per measurement (medians are reported)")
+    repeats: int = option(5, help="repeats per measurement (medians are reported)", at_least=1)
     arch: str | None = option(None, help="clip: open_clip architecture (default ViT-B-32); lclip: the teacher's "
                               "(default world-clip-tiny)")
     weights: str | None = option(None, help="clip/lclip: (teacher) weights file or hub tag (default: random init)")

@@ -22,7 +22,7 @@ from rewards.recipes.detail_units import DetailSegmenter, split_scores
 class DetailUnitsConfig:
     dataset: str = option("", help="Karpathy-format dataset.json with long_captions")
     split: str = option("val", help="the split whose long captions are segmented")
-    show: int = option(3, help="print this many segmented captions")
+    show: int = option(3, help="print this many segmented captions", at_least=0)
 
 
 @command

@@ -55,7 +55,7 @@ class WorldFoilsConfig:
     scenes: str = option("", help="the world's scenes.json")
     dataset: str = option("", help="the world's dataset.json")
     split: str = option("test", help="the split whose images get foils")
-    limit: int = option(0, help="at most this many images (0 = all)")
+    limit: int = option(0, help="at most this many images (0 = all)", at_least=0)
     seed: int = option(0, help="random seed of the foils")
     out: str = option("", help="the foil file to write")
 

@@ -7,6 +7,7 @@ CLIP-family metrics need reward models (`reward_models` in --config, e.g. config
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ class ScoreConfig(ScoringSettings):
     split: str | None = option(None, help="Karpathy files: use only this split's references (train/val/test)")
     metrics: str = option("all", help="'all' or a comma list of metric names")
     out: str | None = option(None, help="scores JSON to write")
+    require_all: bool = option(False, help="every image with references must have a prediction (else a warning)")
 
 
 @command
@@ -39,6 +41,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         raise DataError(f"{cfg.predictions}: {len(missing)} prediction id(s) not in the references "
                         f"{cfg.references}{' split ' + cfg.split if cfg.split else ''}, e.g. {missing[:5]}")
+    unscored = [i for i in references if i not in predictions]
+    if unscored:
+        message = (f"{len(unscored)} image(s) with references in {cfg.references} have no prediction in "
+                   f"{cfg.predictions}, e.g. ids {unscored[:5]}")
+        if cfg.require_all:
+            raise DataError(message)
+        print(f"warning: {message}; scoring the {len(predictions)} predicted (--require-all makes this an error)",
+              file=sys.stderr)
     with MetricSuite(cfg.metrics, ScoringContext.from_settings(cfg, references)) as suite:
         result = suite.score(predictions, references)
     print(result.table())

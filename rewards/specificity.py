@@ -28,7 +28,7 @@ class SpecificityConfig:
     dataset: str = option("", help="Karpathy-format dataset.json with long_captions.detail_units")
     images_root: str = option("", help="folder the dataset's image paths are relative to")
     split: str = option("val", help="the split to measure on")
-    limit: int = option(0, help="at most this many images (0 = all)")
+    limit: int = option(0, help="at most this many images (0 = all)", at_least=0)
     scenes: str | None = option(None, help="offline world scenes.json: negatives must name an absent object")
     device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
 

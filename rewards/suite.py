@@ -8,6 +8,7 @@ CLIP-family scores) join the same registry with `register_metric`, with no chang
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -69,6 +70,7 @@ class MetricSpec:
     in_all: bool = True  # part of "all"
     wants_names: bool = False  # the family computes only the names asked for
     lower_is_better: frozenset[str] = frozenset()  # the family's names where lower is better
+    external: bool = False  # runs an outside program (Java): a failure skips it for that call, with the reason
     no_direction: frozenset[str] = frozenset()  # diagnostics with no better direction
 
     def higher_is_better(self, name: str) -> bool | None:
@@ -143,6 +145,7 @@ class MetricSuite:
         self.context = context if context is not None else ScoringContext()
         self.names = resolve_names(names)
         self.skipped: dict[str, str] = {}
+        self.failures: dict[str, str] = {}
         self._families: list[tuple[MetricSpec, Metric]] = []
         for spec in dict.fromkeys(_REGISTRY[n] for n in self.names):
             reason = spec.unavailable(self.context)
@@ -159,7 +162,7 @@ class MetricSuite:
         corpus, rows = self._compute(ScoringData(ids, [predictions[i] for i in ids], [references[i] for i in ids],
                                                  self.context.tokenizer))
         per_item = {name: {i: v for i, v in zip(ids, values, strict=True)} for name, values in rows.items()}
-        return SuiteResult(corpus, per_item, dict(self.skipped))
+        return SuiteResult(corpus, per_item, {**self.skipped, **self.failures})
 
     def score_rows(self, image_ids: Sequence[int], captions: Sequence[str],
                    references: Sequence[Sequence[str]]) -> dict[str, list[float]]:
@@ -171,8 +174,15 @@ class MetricSuite:
     def _compute(self, data: ScoringData) -> tuple[dict[str, float], dict[str, list[float]]]:
         corpus: dict[str, float] = {}
         rows: dict[str, list[float]] = {}
+        self.failures = {}  # external metrics that failed in this call, with the reason
         for spec, metric in self._families:
-            out = metric.compute(data)
+            try:
+                out = metric.compute(data)
+            except (RlcapError, OSError, ValueError, subprocess.SubprocessError) as exc:
+                if not spec.external:
+                    raise
+                self.failures.update({n: f"failed: {exc}" for n in spec.names if n in self.names})
+                continue
             for name in spec.names:
                 if name in self.names and name in out.corpus:
                     corpus[name] = float(out.corpus[name])

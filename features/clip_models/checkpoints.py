@@ -19,6 +19,8 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: weights file not found")
+    from safetensors import SafetensorError
+
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -26,7 +28,7 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
             state = load_file(str(path))
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, SafetensorError) as exc:
         # weights_only refuses arbitrary pickles with UnpicklingError; corrupt files raise the others
         raise DataError(f"{path}: cannot load weights safely (weights_only / safetensors): {exc}") from None
     return unwrap_state_dict(state, path)

@@ -37,13 +37,13 @@ IMAGE_DIR = "images"
 @dataclass
 class WorldConfig:
     out: str = option("runs/world", help="output directory")
-    train: int = option(4000, help="number of train images")
-    val: int = option(500, help="number of val images")
-    test: int = option(500, help="number of test images")
+    train: int = option(4000, help="number of train images", at_least=0)
+    val: int = option(500, help="number of val images", at_least=0)
+    test: int = option(500, help="number of test images", at_least=0)
     seed: int = option(0, help="random seed; the same seed gives the same world, byte for byte")
-    image_size: int = option(64, help="image side in pixels")
-    max_objects: int = option(4, help="objects per scene, at most (1-4)")
-    workers: int = option(2, help="rendering processes")
+    image_size: int = option(64, help="image side in pixels", at_least=32)
+    max_objects: int = option(4, help="objects per scene, at most (1-4)", at_least=1, at_most=4)
+    workers: int = option(2, help="rendering processes", at_least=0)
 
 
 def split_of(index: int, cfg: WorldConfig) -> str:

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.tokens import ClipTokenizer
-from plumbing.atomic import append_line, write_json
+from plumbing.atomic import append_line, to_json, write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
 from rewards.recipes.contrastive import embed_images, embed_texts, info_nce, recall_at_1
@@ -29,7 +29,14 @@ from rewards.recipes.data import (
     load_split,
     sample_captions,
 )
-from rewards.recipes.training import optimizer_and_schedule, resume, save_state, save_weights, start
+from rewards.recipes.training import (
+    optimizer_and_schedule,
+    resume,
+    save_state,
+    save_weights,
+    start,
+    trim_log,
+)
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -42,16 +49,16 @@ class TrainClipConfig:
     images_root: str = option("", help="folder the dataset's image paths are relative to")
     out: str = option("", help="output weights (.safetensors, open_clip state dict)")
     captions: CaptionKind = option("both", help="caption pool per image: short references, long captions or both")
-    epochs: int = option(10, help="training epochs")
-    batch_size: int = option(128, help="images per step (the contrastive batch)")
-    lr: float = option(1e-3, help="peak learning rate (warmup, then cosine to 0)")
-    weight_decay: float = option(0.1, help="AdamW weight decay (not on gains, biases, embeddings)")
-    warmup_steps: int = option(50, help="linear warmup steps")
-    max_train_images: int = option(0, help="use at most this many train images (0 = all)")
-    max_val_images: int = option(500, help="val images for the R@1 report")
+    epochs: int = option(10, help="training epochs", at_least=1)
+    batch_size: int = option(128, help="images per step (the contrastive batch)", at_least=2)
+    lr: float = option(1e-3, help="peak learning rate (warmup, then cosine to 0)", above=0)
+    weight_decay: float = option(0.1, help="AdamW weight decay (not on gains, biases, embeddings)", at_least=0)
+    warmup_steps: int = option(50, help="linear warmup steps", at_least=0)
+    max_train_images: int = option(0, help="use at most this many train images (0 = all)", at_least=0)
+    max_val_images: int = option(500, help="val images for the R@1 report", at_least=0)
     seed: int = option(0, help="random seed")
     device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
-    workers: int = option(2, help="image-decoding worker processes")
+    workers: int = option(2, help="image-decoding worker processes", at_least=0)
 
 
 def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
@@ -77,6 +84,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     first_epoch = resume(state_path, model, optimizer, scheduler, generator)
     text_forward = clip_text_forward(model)
     log_path = Path(cfg.out).with_suffix(".metrics.jsonl")
+    trim_log(log_path, first_epoch)
     metrics: dict = {}
     for epoch in range(first_epoch, cfg.epochs):
         model.train()
@@ -101,7 +109,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
             bar.set_postfix(loss=f"{loss.item():.3f}")
         metrics = {"epoch": epoch + 1, "train_loss": total / steps_per_epoch,
                    **evaluate_retrieval(model, tokenizer, val, device)}
-        append_line(log_path, json.dumps(metrics))
+        append_line(log_path, to_json(metrics))
         if progress:
             print(json.dumps(metrics))
         save_state(state_path, model, optimizer, scheduler, generator, epoch + 1)

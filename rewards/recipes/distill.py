@@ -26,13 +26,13 @@ from features.clip_models.factory import clip_text_forward
 from features.clip_models.lclip import LClip, LClipConfig
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.tokens import ClipTokenizer
-from plumbing.atomic import append_line, atomic_path, write_json
+from plumbing.atomic import append_line, atomic_path, to_json, write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
 from rewards.clip.formulas import CLIP_S_PREFIX, clip_s
 from rewards.recipes.contrastive import embed_images, embed_texts, recall_at_1
 from rewards.recipes.data import ImageCaptions, load_split, sample_captions
-from rewards.recipes.training import optimizer_and_schedule, start
+from rewards.recipes.training import optimizer_and_schedule, start, trim_log
 
 
 @dataclass
@@ -42,23 +42,25 @@ class DistillConfig:
     dataset: str = option("", help="Karpathy-format dataset.json")
     images_root: str = option("", help="folder the dataset's image paths are relative to")
     out: str = option("", help="output student checkpoint (.ckpt, DistillCLIP layout)")
-    vision_layers: int = option(2, help="student image-tower layers after multiplexing (shared blocks x repeats)")
-    text_layers: int = option(2, help="student text-tower layers after multiplexing")
-    repeats: int = option(2, help="runs of each shared block")
-    embed_rank: int = option(32, help="factorised token embedding: vocab x rank, then rank x width")
-    embed_dim: int = option(0, help="student embedding size; 0 = the teacher's (L_D compares them directly)")
-    stage1_epochs: int = option(4, help="epochs of stage 1 (L_D per tower)")
-    stage2_epochs: int = option(2, help="epochs of stage 2 (+ the similarity regulator)")
-    batch_size: int = option(128, help="images per step")
-    lr: float = option(5e-4, help="stage 1 peak learning rate (warmup, then cosine)")
-    stage2_lr: float = option(1e-5, help="stage 2 learning rate, constant (the paper: 1e-5)")
-    weight_decay: float = option(0.01, help="AdamW weight decay")
-    sr_weight: float = option(1.0, help="weight of the similarity-regulator loss in stage 2")
-    max_train_images: int = option(0, help="use at most this many train images (0 = all)")
-    max_val_images: int = option(500, help="val images for the comparison report")
+    vision_layers: int = option(2, help="student image-tower layers after multiplexing (shared blocks x repeats)",
+                                at_least=1)
+    text_layers: int = option(2, help="student text-tower layers after multiplexing", at_least=1)
+    repeats: int = option(2, help="runs of each shared block", at_least=1)
+    embed_rank: int = option(32, help="factorised token embedding: vocab x rank, then rank x width", at_least=1)
+    embed_dim: int = option(0, help="student embedding size; 0 = the teacher's (L_D compares them directly)",
+                            at_least=0)
+    stage1_epochs: int = option(4, help="epochs of stage 1 (L_D per tower)", at_least=0)
+    stage2_epochs: int = option(2, help="epochs of stage 2 (+ the similarity regulator)", at_least=0)
+    batch_size: int = option(128, help="images per step", at_least=2)
+    lr: float = option(5e-4, help="stage 1 peak learning rate (warmup, then cosine)", above=0)
+    stage2_lr: float = option(1e-5, help="stage 2 learning rate, constant (the paper: 1e-5)", above=0)
+    weight_decay: float = option(0.01, help="AdamW weight decay", at_least=0)
+    sr_weight: float = option(1.0, help="weight of the similarity-regulator loss in stage 2", at_least=0)
+    max_train_images: int = option(0, help="use at most this many train images (0 = all)", at_least=0)
+    max_val_images: int = option(500, help="val images for the comparison report", at_least=1)
     seed: int = option(0, help="random seed")
     device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
-    workers: int = option(2, help="image-decoding worker processes")
+    workers: int = option(2, help="image-decoding worker processes", at_least=0)
 
 
 def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
@@ -150,6 +152,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     teacher_text = clip_text_forward(teacher)
     pools = train.pool("both")
     log_path = Path(cfg.out).with_suffix(".log.jsonl")
+    trim_log(log_path, 0, key="stage")  # this recipe restarts from scratch: an interrupted run's lines go
     Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
     generator = torch.Generator().manual_seed(cfg.seed)
     record: dict = {}
@@ -183,7 +186,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
                 scheduler.step()
                 bar.set_postfix(loss=f"{loss.item():.4f}")
             record = {"stage": stage, "epoch": epoch + 1, **compare_on_val(teacher, student, tokenizer, val, device)}
-            append_line(log_path, json.dumps(record))
+            append_line(log_path, to_json(record))
             if progress:
                 print(json.dumps(record))
     save_student(student, cfg.out, stage_epochs=(cfg.stage1_epochs, cfg.stage2_epochs))

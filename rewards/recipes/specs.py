@@ -34,7 +34,7 @@ from features.clip_models.longclip import (
 )
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.tokens import ClipTokenizer
-from plumbing.atomic import append_line
+from plumbing.atomic import append_line, to_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError, DataError
 from rewards.recipes.contrastive import info_nce
@@ -45,7 +45,7 @@ from rewards.recipes.specificity import (
     sample_triplets,
     scene_negative_filter,
 )
-from rewards.recipes.training import optimizer_and_schedule, save_pt, start
+from rewards.recipes.training import optimizer_and_schedule, save_pt, start, trim_log
 
 
 @dataclass
@@ -57,21 +57,21 @@ class TrainSpecsConfig:
     images_root: str = option("", help="folder the dataset's image paths are relative to")
     out: str = option("", help="output SPECS checkpoint (.pt, the released spec.pt layout)")
     start_out: str | None = option(None, help="also write the starting (stretched) model here, same layout")
-    epochs: int = option(3, help="training epochs")
-    batch_size: int = option(64, help="images per step")
-    lr: float = option(1e-4, help="peak learning rate (warmup, then cosine to 0)")
-    weight_decay: float = option(0.01, help="AdamW weight decay")
-    warmup_steps: int = option(20, help="linear warmup steps")
-    alpha: float = option(1.0, help="weight of the contrastive loss (Eq. 4)")
-    beta: float = option(8.0, help="weight of the positive detail hinge L_pos")
-    gamma: float = option(0.8, help="weight of the negative detail hinge L_neg")
-    max_margin: float = option(1.5, help="clamp of the dynamic margin (logit units)")
-    shuffle_ratio: float = option(0.9, help="share of negative units whose words are shuffled")
+    epochs: int = option(3, help="training epochs", at_least=1)
+    batch_size: int = option(64, help="images per step", at_least=2)
+    lr: float = option(1e-4, help="peak learning rate (warmup, then cosine to 0)", above=0)
+    weight_decay: float = option(0.01, help="AdamW weight decay", at_least=0)
+    warmup_steps: int = option(20, help="linear warmup steps", at_least=0)
+    alpha: float = option(1.0, help="weight of the contrastive loss (Eq. 4)", at_least=0)
+    beta: float = option(8.0, help="weight of the positive detail hinge L_pos", at_least=0)
+    gamma: float = option(0.8, help="weight of the negative detail hinge L_neg", at_least=0)
+    max_margin: float = option(1.5, help="clamp of the dynamic margin (logit units)", at_least=0)
+    shuffle_ratio: float = option(0.9, help="share of negative units whose words are shuffled", at_least=0, at_most=1)
     scenes: str | None = option(None, help="offline world scenes.json: negatives must name an object the image lacks")
-    max_train_images: int = option(0, help="use at most this many train images (0 = all)")
+    max_train_images: int = option(0, help="use at most this many train images (0 = all)", at_least=0)
     seed: int = option(0, help="random seed")
     device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
-    workers: int = option(2, help="image-decoding worker processes")
+    workers: int = option(2, help="image-decoding worker processes", at_least=0)
 
 
 def dynamic_margin_hinge(bigger: torch.Tensor, smaller: torch.Tensor, max_margin: float) -> tuple[torch.Tensor, float]:
@@ -132,6 +132,7 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
         allowed = scene_negative_filter(load_scenes(cfg.scenes), train.image_ids)
     log_path = Path(cfg.out).with_suffix(".log.jsonl")
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    trim_log(log_path, 0)  # this recipe restarts from scratch: an interrupted run's lines go
 
     def embed(texts: list[str]) -> torch.Tensor:
         return F.normalize(text_forward(tokenizer.padded(tokenizer.ids(texts)).to(device)), dim=-1)
@@ -161,7 +162,7 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
                 sums[key] = sums.get(key, 0.0) + value
             bar.set_postfix(loss=f"{loss.item():.3f}", pos=f"{parts['pos']:.3f}", neg=f"{parts['neg']:.3f}")
         record = {"epoch": epoch + 1, **{k: v / steps_per_epoch for k, v in sums.items()}}
-        append_line(log_path, json.dumps(record))
+        append_line(log_path, to_json(record))
         if progress:
             print(json.dumps(record))
     save_pt(longclip_state(model), cfg.out)

@@ -4,12 +4,13 @@ epoch-level resume state and atomic weight files."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from plumbing.atomic import atomic_path
+from plumbing.atomic import atomic_path, write_text
 from plumbing.device import pick_device
 from plumbing.schedules import Schedule, lr_factor
 
@@ -56,6 +57,17 @@ def resume(path: Path, model, optimizer, scheduler, generator: torch.Generator) 
     generator.set_state(state["generator"])
     print(f"resuming {path} after epoch {state['epoch']}")
     return int(state["epoch"])
+
+
+def trim_log(path: Path, epochs_done: int, key: str = "epoch") -> None:
+    """A resumed run redoes the epochs after its state: drop their lines (a crash between a log
+    append and the state save would otherwise log one epoch twice)."""
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = [line for line in lines if json.loads(line).get(key, 0) <= epochs_done]
+    if len(kept) != len(lines):
+        write_text(path, "".join(line + "\n" for line in kept))
 
 
 def save_weights(model: torch.nn.Module, out: str | Path, state: dict | None = None) -> None:

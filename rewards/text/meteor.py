@@ -35,13 +35,17 @@ class Meteor:
         reason = meteor_unavailable_reason()
         if reason:
             raise RlcapError(reason)
+        self._proc = self._start()
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    @staticmethod
+    def _start() -> subprocess.Popen:
         jar = meteor_jar()
-        self._proc = subprocess.Popen(
+        return subprocess.Popen(
             ["java", "-jar", "-Xmx2G", jar, "-", "-", "-stdio", "-l", "en", "-norm"],
             cwd=os.path.dirname(jar), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
-        self._lock = threading.Lock()
-        atexit.register(self.close)
 
     def _ask(self, line: str) -> str:
         self._proc.stdin.write((line + "\n").encode("utf-8"))
@@ -56,6 +60,8 @@ class Meteor:
         if not candidates:
             return 0.0, []
         with self._lock:
+            if self._proc.poll() is not None:  # the Java process died (a failed call): start a new one
+                self._proc = self._start()
             stats = []
             for cand, refs in zip(candidates, references, strict=True):
                 cand = cand.replace("|||", "").replace("  ", " ")

@@ -33,9 +33,14 @@ def spice_unavailable_reason() -> str | None:
 
 def spice_scores(ids: Sequence[int], candidates: Sequence[str],
                  references: Sequence[Sequence[str]]) -> tuple[float, list[float]]:
+    """Per-row SPICE F-scores, in the rows' order. Rows are keyed by their index, not their image
+    id: pycocoevalcap returns scores in sorted-key order, and rows that share an image (foils,
+    candidate pairs) must not collapse into one."""
     from pycocoevalcap.spice.spice import Spice
 
-    gts = {i: list(refs) for i, refs in zip(ids, references, strict=True)}
-    res = {i: [cand] for i, cand in zip(ids, candidates, strict=True)}
+    rows = list(range(len(ids)))
+    gts = {row: list(refs) for row, refs in zip(rows, references, strict=True)}
+    res = {row: [cand] for row, cand in zip(rows, candidates, strict=True)}
     corpus, items = Spice().compute_score(gts, res)
-    return float(corpus), [float(item["All"]["f"]) for item in items]
+    by_row = dict(zip(sorted(gts), (float(item["All"]["f"]) for item in items), strict=True))
+    return float(corpus), [by_row[row] for row in rows]

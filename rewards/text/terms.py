@@ -76,8 +76,10 @@ register_metric(MetricSpec(BLEU_NAMES, lambda ctx: BleuMetric()))
 register_metric(MetricSpec(("rouge_l",), lambda ctx: RougeMetric()))
 register_metric(MetricSpec(("cider",), lambda ctx: CiderMetric()))
 register_metric(MetricSpec(("cider_d",), CiderDMetric, lambda ctx: ctx.document_frequency_problem()))
-register_metric(MetricSpec(("meteor",), lambda ctx: MeteorMetric(), lambda ctx: meteor_unavailable_reason()))
-register_metric(MetricSpec(("spice",), lambda ctx: SpiceMetric(), lambda ctx: spice_unavailable_reason()))
+register_metric(MetricSpec(("meteor",), lambda ctx: MeteorMetric(), lambda ctx: meteor_unavailable_reason(),
+                           external=True))
+register_metric(MetricSpec(("spice",), lambda ctx: SpiceMetric(), lambda ctx: spice_unavailable_reason(),
+                           external=True))
 
 
 def _tokenized_refs(context: ScoringContext) -> dict[int, list[list[str]]]:
