@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
@@ -30,6 +30,7 @@ class TrainerState:
     global_step: int = 0  # optimizer steps so far
     loss_sum: float = 0.0  # the epoch in progress: sum of its batch losses over all processes so far
     loss_batches: int = 0  # ... and how many batches that sum holds
+    reward_stats: dict = field(default_factory=dict)  # scst.normalize running_z statistics per reward
     stage: str = "xe"
     best_score: float | None = None
     best_epoch: int | None = None
@@ -38,7 +39,10 @@ class TrainerState:
     fc_dim: int = 0
     max_len: int = 0
     vocab_size: int = 0
-    feats_backbone: str = ""
+    feats_backbone: str = ""  # how the features were made, so raw images can be captioned alike
+    feats_fingerprint: str = ""
+    feats_image_size: int = 0
+    feats_dtype: str = ""
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

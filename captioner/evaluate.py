@@ -1,4 +1,4 @@
-"""`python -m captioner.evaluate --checkpoint DIR --split test [--beam 3] --out results.json`
+"""`python -m captioner.evaluate --checkpoint DIR --split test [--beam 3] [--block-trigrams] --out results.json`
 
 Decodes a split with a checkpoint's weights, writes COCO-format results (atomically), scores
 them with the metric suite and writes the scores next to the results. The data and reward models
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from captioner.decoding import DecodeConfig
 from captioner.inference import decode_for_config, load_captioner, score_captions
 from plumbing.atomic import write_json
 from plumbing.cli import command, config_parser, parse_config
@@ -33,7 +34,7 @@ class DataPaths:
 class EvaluateConfig:
     checkpoint: str = option("", help="a checkpoint directory, e.g. runs/x/checkpoints/best")
     split: str = option("test", help="the split to decode")
-    beam: int = option(1, help="beam size (1 = greedy)", at_least=1)
+    decode: DecodeConfig = option(factory=DecodeConfig, help="decoding options", flatten=True)
     out: str = option("", help="results JSON (COCO results format); scores go beside it (.scores.json)")
     metrics: str | None = option(None, help="comma list (default: the run's eval.metrics)")
     data: DataPaths = option(factory=DataPaths, help="the run's data paths to replace (--set data.feats=...)")
@@ -43,14 +44,20 @@ class EvaluateConfig:
                 if getattr(self.data, f.name) is not None]
 
 
+def results_entries(captions: dict[int, list[str]]) -> list[dict]:
+    """COCO results: one entry per caption (sample_n gives an image several, in sampling order)."""
+    return [{"image_id": image_id, "caption": text} for image_id, texts in sorted(captions.items()) for text in texts]
+
+
 @command
 def main(argv: Sequence[str] | None = None) -> int:
     parser = config_parser(EvaluateConfig, "python -m captioner.evaluate", __doc__)
     cfg, _ = parse_config(EvaluateConfig, parser, argv)
     require_keys(cfg, ("checkpoint", "out"), "evaluate")
     model, run_cfg, vocab = load_captioner(cfg.checkpoint, cfg.run_overrides())
-    captions = decode_for_config(model, vocab, run_cfg, cfg.split, cfg.beam, where=cfg.checkpoint)
-    write_json(cfg.out, [{"image_id": i, "caption": c} for i, c in sorted(captions.items())])
+    decoded = decode_for_config(model, vocab, run_cfg, cfg.split, cfg.decode, where=cfg.checkpoint)
+    write_json(cfg.out, results_entries(decoded))
+    captions = {image_id: texts[0] for image_id, texts in decoded.items()}  # sample_n: the first is scored
     result = score_captions(captions, run_cfg, cfg.metrics or run_cfg.eval.metrics)
     scores_path = Path(cfg.out).with_suffix(".scores.json")
     write_json(scores_path, result.to_json())

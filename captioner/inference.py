@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from captioner.checkpoint import load_weights, read_checkpoint
 from captioner.data import CaptionDataset, Labels, collate
-from captioner.decoding import beam_search, greedy
+from captioner.decoding import Constraints, DecodeConfig, decode
 from captioner.model import Captioner
 from captioner.train_config import TrainConfig, scoring_context
 from captioner.vocab import Vocab
@@ -33,20 +33,24 @@ def load_captioner(checkpoint: str | Path, overrides: Sequence[str] = ()) -> tup
 
 
 @torch.no_grad()
-def decode_dataset(model: Captioner, dataset: CaptionDataset, vocab: Vocab, beam: int, batch_size: int,
-                   device: torch.device, progress: bool = True) -> dict[int, str]:
+def decode_dataset(model: Captioner, dataset: CaptionDataset, vocab: Vocab, opts: DecodeConfig, batch_size: int,
+                   device: torch.device, progress: bool = True) -> dict[int, list[str]]:
+    """Every image's captions (one, or sample_n) in the dataset's order."""
     loader = DataLoader(dataset, batch_size=batch_size, collate_fn=collate)
-    captions: dict[int, str] = {}
+    constraints = Constraints.of(opts, vocab)
+    captions: dict[int, list[str]] = {}
     model.to(device)
     for batch in tqdm(loader, desc="decode", unit="batch", disable=not progress):
         att, fc, mask = (batch[k].to(device) for k in ("att", "fc", "att_mask"))
-        out = beam_search(model, att, fc, mask, beam) if beam > 1 else greedy(model, att, fc, mask)
-        captions.update(zip(batch["image_ids"].tolist(), vocab.decode_batch(out.tokens), strict=True))
+        texts = vocab.decode_batch(decode(model, att, fc, mask, opts, constraints).tokens)
+        per_image = len(texts) // len(batch["image_ids"])
+        for k, image_id in enumerate(batch["image_ids"].tolist()):
+            captions[image_id] = texts[k * per_image: (k + 1) * per_image]
     return captions
 
 
-def decode_for_config(model: Captioner, vocab: Vocab, cfg: TrainConfig, split: str, beam: int,
-                      max_images: int = 0, where: str = "the checkpoint") -> dict[int, str]:
+def decode_for_config(model: Captioner, vocab: Vocab, cfg: TrainConfig, split: str, opts: DecodeConfig,
+                      max_images: int = 0, where: str = "the checkpoint") -> dict[int, list[str]]:
     """Captions for `split` of the config's data (the first `max_images` images when > 0, as
     training's val pass takes them); the model's vocabulary must be the data's."""
     data_vocab = Vocab.load(cfg.data.vocab)
@@ -55,7 +59,7 @@ def decode_for_config(model: Captioner, vocab: Vocab, cfg: TrainConfig, split: s
     dataset = CaptionDataset(Labels.load(cfg.data.labels), cfg.data.feats, split, 1)
     if max_images:
         dataset.rows = dataset.rows[:max_images]
-    return decode_dataset(model, dataset, vocab, beam, cfg.eval.batch_size, pick_device("auto"))
+    return decode_dataset(model, dataset, vocab, opts, cfg.eval.batch_size, pick_device("auto"))
 
 
 def score_captions(captions: dict[int, str], cfg: TrainConfig, metrics: str | Sequence[str]) -> SuiteResult:

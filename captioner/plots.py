@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -37,6 +38,37 @@ def plot_panels(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], x
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def contact_sheet(images: Sequence[str | Path], captions: Sequence[Sequence[str]], path: str | Path,
+                  columns: int = 4, labels: Sequence[str] = ()) -> Path:
+    """A PNG grid: each image with its captions under it (one line each, prefixed by `labels`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    if not images:
+        raise ValueError("no images for the contact sheet")
+    columns = min(columns, len(images))
+    rows = math.ceil(len(images) / columns)
+    lines = max(len(c) for c in captions)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, (2.6 + 0.55 * lines) * rows), squeeze=False)
+    for ax, image, texts in zip(axes.flat, images, captions, strict=False):
+        with Image.open(image) as img:
+            ax.imshow(img.convert("RGB"))
+        shown = [f"{labels[k]}: {t}" if k < len(labels) else t for k, t in enumerate(texts)]
+        ax.set_title("\n".join(textwrap.fill(s, 38) for s in shown), fontsize=7, loc="left")
+        ax.axis("off")
+    for ax in list(axes.flat)[len(images):]:
+        ax.axis("off")
     fig.tight_layout()
     path = Path(path)
     with atomic_path(path) as tmp:

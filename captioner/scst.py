@@ -10,10 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from captioner.decoding import Decoded, greedy
+from captioner.losses import caption_loss
 from captioner.vocab import Vocab
 from plumbing.config import option
 from plumbing.errors import ConfigError
-from rewards import RewardBank, RewardOutput
+from rewards import Normalize, RewardBank, RewardOutput
 
 
 @dataclass
@@ -28,6 +29,9 @@ class ScstConfig:
     memory_mode: bool = option(False, help="sample without gradients, then one teacher-forced pass for log-probs")
     cider_eos: bool = option(False, help="cider_d counts EOS as a word (the reference codebase does)")
     init_from: str | None = option(None, help="checkpoint directory whose weights start SCST (usually XE's best)")
+    kl_coef: float = option(0.0, help="weight of the per-token KL to the init_from policy (TRL's beta)", at_least=0)
+    xe_weight: float = option(0.0, help="weight of a cross-entropy anchor on the reference captions", at_least=0)
+    normalize: Normalize = option("none", help="per-reward normalisation before mixing: none, batch_z or running_z")
     sample_table_every: int = option(100, help="steps between logged tables of samples", at_least=1)
 
 
@@ -53,6 +57,29 @@ class ScstStep:
     captions: list[str]
     entropy: torch.Tensor  # mean per-token entropy of the samples
     lengths: torch.Tensor
+    kl: torch.Tensor | None = None  # mean per-token KL to the reference policy (when kl_coef > 0)
+    xe: torch.Tensor | None = None  # the cross-entropy anchor (when xe_weight > 0)
+
+
+def alive_mask(tokens: torch.Tensor) -> torch.Tensor:
+    """[N, T] True up to and including each sequence's EOS."""
+    return torch.cat([torch.ones_like(tokens[:, :1], dtype=torch.bool), tokens[:, :-1] > 0], dim=1)
+
+
+def token_logprobs(model, batch: dict, tokens: torch.Tensor, k: int, temperature: float) -> torch.Tensor:
+    """[N, T] log-probs of the given sampled tokens under `model`, teacher-forced in one pass."""
+    b = batch["att"].shape[0]
+    logits = model(batch["att"], batch["fc"], batch["att_mask"], labels=tokens.view(b, k, -1))[:, :-1]
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(2, tokens[:, :, None])[:, :, 0]
+
+
+def kl_to_reference(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean per-token KL(policy || reference) on the sampled tokens, by the k3 estimator
+    exp(r - p) - (r - p) - 1 (non-negative, 0 where the policies agree), as TRL's GRPO."""
+    delta = ref_logprobs - logprobs
+    per_token = torch.exp(delta) - delta - 1
+    return (per_token * mask).sum() / mask.sum()
 
 
 def policy_outputs(model, net, batch: dict, cfg: ScstConfig) -> Decoded:
@@ -65,13 +92,16 @@ def policy_outputs(model, net, batch: dict, cfg: ScstConfig) -> Decoded:
     b = batch["att"].shape[0]
     logits = model(*args, labels=drawn.tokens.view(b, cfg.k, -1))[:, :-1].float() / cfg.temperature
     logp = F.log_softmax(logits, dim=-1)
-    alive = torch.cat([torch.ones_like(drawn.tokens[:, :1], dtype=torch.bool), drawn.tokens[:, :-1] > 0], dim=1)
+    alive = alive_mask(drawn.tokens)
     token_lp = logp.gather(2, drawn.tokens[:, :, None])[:, :, 0] * alive
     entropy = -(logp.exp() * logp).sum(-1) * alive
     return Decoded(drawn.tokens, token_lp, entropy)
 
 
-def scst_step(model, net, batch: dict, bank: RewardBank, vocab: Vocab, cfg: ScstConfig) -> ScstStep:
+def scst_step(model, net, batch: dict, bank: RewardBank, vocab: Vocab, cfg: ScstConfig,
+              reference=None) -> ScstStep:
+    """One SCST loss: rewards of K samples per image against a baseline; with a `reference` model
+    (the frozen start) and kl_coef, plus the KL to it; with xe_weight, plus XE on the references."""
     out = policy_outputs(model, net, batch, cfg)
     captions = vocab.decode_batch(out.tokens)
     ids = batch["image_ids"].repeat_interleave(cfg.k).tolist()
@@ -81,14 +111,22 @@ def scst_step(model, net, batch: dict, bank: RewardBank, vocab: Vocab, cfg: Scst
     advantage = reward - baseline
     if cfg.scale_by_std:
         advantage = advantage / (reward.view(-1, cfg.k).std(1, keepdim=True).expand(-1, cfg.k).reshape(-1) + 1e-6)
-    alive = torch.cat([torch.ones_like(out.tokens[:, :1], dtype=torch.bool), out.tokens[:, :-1] > 0], dim=1)
-    mask = alive.float()
+    mask = alive_mask(out.tokens).float()
     loss = -(advantage.detach()[:, None] * out.logprobs * mask).sum() / mask.sum()
     entropy = (out.entropy * mask).sum() / mask.sum()
     if cfg.entropy_bonus:
         loss = loss - cfg.entropy_bonus * entropy
+    kl = xe = None
+    if cfg.kl_coef and reference is not None:
+        with torch.no_grad():
+            ref_logprobs = token_logprobs(reference, batch, out.tokens, cfg.k, cfg.temperature)
+        kl = kl_to_reference(out.logprobs, ref_logprobs, mask)
+        loss = loss + cfg.kl_coef * kl
+    if cfg.xe_weight:
+        xe = caption_loss(model(batch["att"], batch["fc"], batch["att_mask"], batch["labels"]), batch["labels"])
+        loss = loss + cfg.xe_weight * xe
     return ScstStep(loss, scored, advantage.detach(), baseline.detach(), captions, entropy.detach(),
-                    out.lengths.float())
+                    out.lengths.float(), None if kl is None else kl.detach(), None if xe is None else xe.detach())
 
 
 def _baseline(net, batch, bank, vocab, cfg: ScstConfig, reward: torch.Tensor) -> torch.Tensor:
@@ -101,7 +139,7 @@ def _baseline(net, batch, bank, vocab, cfg: ScstConfig, reward: torch.Tensor) ->
     with torch.no_grad():
         decoded = greedy(net, batch["att"], batch["fc"], batch["att_mask"])
     net.train(was_training)
-    greedy_reward = bank(vocab.decode_batch(decoded.tokens), batch["image_ids"].tolist()).total
+    greedy_reward = bank(vocab.decode_batch(decoded.tokens), batch["image_ids"].tolist(), fit=False).total
     return greedy_reward.to(reward.device).repeat_interleave(cfg.k)
 
 
@@ -112,6 +150,14 @@ def scst_scalars(accelerator, step: ScstStep, k: int) -> dict[str, float]:
     adv = accelerator.gather(step.advantage)
     out = {f"train/reward/{n}/mean": float(v.mean()) for n, v in gathered.items()}
     out.update({f"train/reward/{n}/std": float(v.std()) if v.numel() > 1 else 0.0 for n, v in gathered.items()})
+    raw, normalized = step.rewards.values, step.rewards.normalized
+    if normalized and any(not torch.equal(normalized[n], v) for n, v in raw.items()):
+        normed = {n: accelerator.gather(v.to(accelerator.device)) for n, v in step.rewards.normalized.items()}
+        out.update({f"train/reward/{n}/norm_mean": float(v.mean()) for n, v in normed.items()})
+        out.update({f"train/reward/{n}/norm_std": float(v.std()) if v.numel() > 1 else 0.0 for n, v in normed.items()})
+    for name, value in (("train/kl", step.kl), ("train/xe_anchor", step.xe)):
+        if value is not None:
+            out[name] = float(accelerator.reduce(value.to(accelerator.device), "mean"))
     out.update({f"train/reward/{n}/seconds": s for n, s in step.rewards.seconds.items()})
     flat = adv.view(-1, k)
     out.update({

@@ -155,9 +155,9 @@ def score_start(cfg: SweepConfig) -> dict:
             return cached
     print(f"[sweep] scoring the starting checkpoint {train.scst.init_from} on {train.data.val_split}", flush=True)
     model, _, vocab = load_captioner(train.scst.init_from)
-    beam = train.eval.beam_size if train.eval.decode == "beam" else 1
-    captions = decode_for_config(model, vocab, train, train.data.val_split, beam, train.data.max_val_images,
+    decoded = decode_for_config(model, vocab, train, train.data.val_split, train.eval, train.data.max_val_images,
                                  where=f"scst.init_from {train.scst.init_from}")
+    captions = {image_id: texts[0] for image_id, texts in decoded.items()}
     scores = score_captions(captions, train, train.eval.metrics).corpus
     start = {"checkpoint": train.scst.init_from, **scores}
     write_json(path, start, indent=1)

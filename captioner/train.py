@@ -72,6 +72,8 @@ def data_shapes(cfg: TrainConfig, labels: Labels, vocab: Vocab) -> TrainerState:
     _, n_tokens, feat_dim = feats.shapes["att"]
     return TrainerState(feat_dim=int(feat_dim), n_tokens=int(n_tokens), fc_dim=int(feats.shapes["fc"][1]),
                         max_len=labels.max_len, vocab_size=len(vocab), feats_backbone=str(feats.attrs.get("backbone")),
+                        feats_fingerprint=str(feats.attrs.get("fingerprint", "")),
+                        feats_image_size=int(feats.attrs.get("image_size", 0)), feats_dtype=feats.dtypes["att"],
                         stage=cfg.train.stage)
 
 
@@ -128,6 +130,17 @@ def stage_of(cfg: TrainConfig, epoch: int) -> str:
     if cfg.train.stage == "scst" or 0 <= cfg.train.scst_from_epoch <= epoch:
         return "scst"
     return "xe"
+
+
+def reference_policy(cfg: TrainConfig, state: TrainerState, vocab: Vocab, device: torch.device) -> Captioner | None:
+    """The frozen starting policy the KL penalty keeps SCST close to (scst.init_from's weights)."""
+    if not (uses_scst(cfg) and cfg.scst.kl_coef):
+        return None
+    if not cfg.scst.init_from:
+        raise ConfigError("scst.kl_coef needs scst.init_from: the checkpoint whose policy the KL is measured to")
+    reference = build_model(cfg, state)
+    init_weights(reference, cfg.scst.init_from, vocab)
+    return reference.to(device).eval().requires_grad_(False)
 
 
 def init_weights(model: Captioner, checkpoint: str, vocab: Vocab) -> None:
@@ -204,7 +217,9 @@ class Trainer:
         self.bank = None
         if uses_scst(cfg):
             check_scst_config(cfg.scst)
-            self.bank = RewardBank.from_config(cfg.scst.rewards, self.scoring)
+            self.bank = RewardBank.from_config(cfg.scst.rewards, self.scoring, cfg.scst.normalize)
+            self.bank.normalizer.load_state_dict(self.state.reward_stats)
+        self.reference = reference_policy(cfg, self.state, self.vocab, self.accelerator.device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
                                       weight_decay=cfg.optim.weight_decay)
         self.steps_per_epoch = self._steps_per_epoch(len(train_loader))
@@ -224,6 +239,11 @@ class Trainer:
         if self.accelerator.is_main_process:
             dump_config(cfg, self.run_dir / "config.yaml")
             self._drop_metrics_after(self.state.epoch)
+
+    def _keep_reward_stats(self) -> None:
+        """running_z statistics go into the checkpoint, so a resumed run normalises as before."""
+        if self.bank is not None:
+            self.state.reward_stats = self.bank.normalizer.state_dict()
 
     def _steps_per_epoch(self, batches: int) -> int:
         processes = self.accelerator.num_processes
@@ -299,7 +319,7 @@ class Trainer:
             logits = self.model(batch["att"], batch["fc"], batch["att_mask"], batch["labels"])
             return caption_loss(logits, batch["labels"], self.cfg.optim.label_smoothing)
         net = self.accelerator.unwrap_model(self.model)
-        self.scst = scst_step(self.model, net, batch, self.bank, self.vocab, self.cfg.scst)
+        self.scst = scst_step(self.model, net, batch, self.bank, self.vocab, self.cfg.scst, self.reference)
         self.scst_ids = batch["image_ids"].tolist()
         return self.scst.loss
 
@@ -318,6 +338,7 @@ class Trainer:
         if every and step % every == 0:
             self.state.epoch, self.state.step_in_epoch = epoch, consumed
             self.state.loss_sum, self.state.loss_batches = self._pooled_loss(losses)
+            self._keep_reward_stats()
             save_checkpoint(self.accelerator, self.run_dir, f"step_{step}", self.state, self.cfg, self.vocab,
                             False, self.cfg.checkpoint.keep_last)
 
@@ -360,6 +381,7 @@ class Trainer:
             print(f"epoch {epoch}: {shown}", flush=True)
         self.state.epoch, self.state.step_in_epoch = epoch + 1, 0
         self.state.loss_sum, self.state.loss_batches = 0.0, 0
+        self._keep_reward_stats()
         save_checkpoint(self.accelerator, self.run_dir, f"epoch_{epoch}", self.state, cfg, self.vocab, is_best,
                         cfg.checkpoint.keep_last)
 

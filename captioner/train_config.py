@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from captioner.decoding import DecodeConfig
 from captioner.model import ModelConfig
 from captioner.scst import ScstConfig
 from features.clip_models.spec import RewardModelSpec
@@ -60,12 +61,11 @@ class TrainSection:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(DecodeConfig):
+    """The per-epoch val evaluation; its decoding keys are DecodeConfig's (eval.beam_size, ...)."""
+
     metrics: list[str] = option(factory=lambda: ["bleu_4", "rouge_l", "cider", "mean_length", "repeat_2"],
                                 help="metrics computed on val every epoch")
-    decode: Literal["greedy", "beam"] = option("greedy", help="val decoding")
-    beam_size: int = option(3, help="beam size when decode is beam", at_least=1)
-    length_penalty: float = option(0.0, help="beam score / length ** length_penalty", at_least=0)
     batch_size: int = option(100, help="val images per decoding batch", at_least=1)
     select_by: str = option("cider", help="the metric that marks the best checkpoint")
     select_mode: Literal["auto", "max", "min"] = option("auto", help="auto: the metric's own direction")

@@ -116,10 +116,11 @@ def _side(transform: Callable) -> int:
 
 
 REWARD_KINDS = ("longclip", "lclip")
+Backbone = PatchBackbone | OpenClipBackbone | RewardModelBackbone
 
 
 def make_backbone(spec: str, pretrained: str | None = None, image_size: int = 64, patch: int = 8,
-                  device: str | torch.device = "cpu") -> PatchBackbone | OpenClipBackbone | RewardModelBackbone:
+                  device: str | torch.device = "cpu") -> Backbone:
     if spec == "patches":
         return PatchBackbone(image_size, patch)
     if spec.startswith("open_clip:"):

@@ -18,7 +18,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from features.backbones import make_backbone
+from features.backbones import Backbone, make_backbone
 from features.images import ImageFiles, check_images_exist, collate
 from features.store import FeatureWriter, check_identity
 from plumbing.cli import command, config_parser, parse_config
@@ -49,12 +49,15 @@ class ExtractConfig:
     allow_outside_root: bool = option(False, help="follow image paths and symlinks that lead outside images_root")
 
 
-def extract(cfg: ExtractConfig, on_batch: Callable[[int], None] | None = None, progress: bool = True) -> Path:
-    """Run (or resume) one extraction. `on_batch(n_written)` is called after each flushed batch."""
+def extract(cfg: ExtractConfig, on_batch: Callable[[int], None] | None = None, progress: bool = True,
+            backbone: Backbone | None = None) -> Path:
+    """Run (or resume) one extraction. `on_batch(n_written)` is called after each flushed batch;
+    `backbone` is the one cfg names, when the caller has it built already."""
     _validate(cfg)
     entries = load_dataset(cfg.dataset)
     paths = check_images_exist(cfg.images_root, entries, cfg.allow_outside_root)
-    backbone = make_backbone(cfg.backbone, cfg.pretrained, cfg.image_size, cfg.patch, pick_device(cfg.device))
+    if backbone is None:
+        backbone = make_backbone(cfg.backbone, cfg.pretrained, cfg.image_size, cfg.patch, pick_device(cfg.device))
     attrs = {"backbone": backbone.name, "fingerprint": backbone.fingerprint, "image_size": backbone.image_size,
              "dataset": str(cfg.dataset)}
     main_out = Path(cfg.out or cfg.embeds_out)

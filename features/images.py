@@ -4,6 +4,7 @@ their mode, and a Dataset that reads them."""
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -93,3 +94,29 @@ def collate(batch: list[tuple[int, torch.Tensor | None, str]]) -> tuple[list[int
     if errors:
         return rows, None, errors
     return rows, torch.stack([b[1] for b in batch]), []
+
+
+def image_files(sources: list[str]) -> list[Path]:
+    """Files named directly, or the files of named folders (not recursive), sorted by name."""
+    files: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            files += sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise DataError(f"{source}: no such image file or folder")
+    if not files:
+        raise DataError(f"no image files in {', '.join(sources)}")
+    return files
+
+
+def file_image_ids(files: list[Path]) -> list[int]:
+    """COCO-style ids: the last number in each file name (COCO_val2014_000000000042.jpg -> 42,
+    world_000012.png -> 12), or the file's position when names carry no unique number."""
+    numbers = [re.findall(r"\d+", f.stem) for f in files]
+    ids = [int(n[-1]) if n else -1 for n in numbers]
+    if min(ids, default=0) < 0 or len(set(ids)) != len(ids):
+        return list(range(len(files)))
+    return ids

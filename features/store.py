@@ -137,6 +137,7 @@ class FeatureReader:
                 self.attrs = dict(h5.attrs)
                 self.names = [k for k in h5 if k != "image_ids"]
                 self.shapes = {k: h5[k].shape for k in self.names}
+                self.dtypes = {k: str(h5[k].dtype) for k in self.names}
         except (OSError, KeyError) as exc:
             raise DataError(f"{self.path}: not a readable features file: {exc}") from None
         self.row_of = {int(i): r for r, i in enumerate(ids)}

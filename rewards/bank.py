@@ -12,13 +12,14 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 
 from plumbing.errors import ConfigError, RlcapError
 from rewards.context import ScoringContext
+from rewards.normalize import Normalize, RewardNormalizer
 
 
 class Reward(Protocol):
@@ -48,17 +49,20 @@ def make_reward(name: str, context: ScoringContext) -> Reward:
 
 @dataclass
 class RewardOutput:
-    total: torch.Tensor  # [B] weighted sum
-    values: dict[str, torch.Tensor]  # name -> [B]
+    total: torch.Tensor  # [B] weighted sum of the normalised values
+    values: dict[str, torch.Tensor]  # name -> [B], raw
     seconds: dict[str, float]
+    normalized: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [B], as mixed
 
 
 class RewardBank:
-    def __init__(self, rewards: Mapping[str, Reward], weights: Mapping[str, float]):
+    def __init__(self, rewards: Mapping[str, Reward], weights: Mapping[str, float], normalize: Normalize = "none"):
         self.rewards, self.weights = dict(rewards), dict(weights)
+        self.normalizer = RewardNormalizer(normalize)
 
     @classmethod
-    def from_config(cls, weights: Mapping[str, float], context: ScoringContext | None = None) -> RewardBank:
+    def from_config(cls, weights: Mapping[str, float], context: ScoringContext | None = None,
+                    normalize: Normalize = "none") -> RewardBank:
         context = context if context is not None else ScoringContext()
         if not weights:
             raise ConfigError("rewards: at least one reward with a weight is needed, e.g. {cider_d: 1.0}")
@@ -71,19 +75,21 @@ class RewardBank:
             if weight < 0:
                 warnings.warn(f"reward {name!r} has a negative weight ({weight}): it will be minimised", stacklevel=2)
         rewards = {name: make_reward(name, context) for name, weight in weights.items() if weight != 0}
-        return cls(rewards, {n: float(w) for n, w in weights.items() if w != 0})
+        return cls(rewards, {n: float(w) for n, w in weights.items() if w != 0}, normalize)
 
-    def __call__(self, captions: Sequence[str], image_ids: Sequence[int]) -> RewardOutput:
-        values, seconds = {}, {}
+    def __call__(self, captions: Sequence[str], image_ids: Sequence[int], fit: bool = True) -> RewardOutput:
+        """Every reward of the batch; `fit=False` normalises with the last batch's statistics."""
+        values, normalized, seconds = {}, {}, {}
         total = torch.zeros(len(captions), dtype=torch.float64)
         for name, reward in self.rewards.items():
             start = time.perf_counter()
             value = reward(captions, image_ids)
             seconds[name] = time.perf_counter() - start
-            value = self._check(name, value, len(captions))
-            values[name] = value
-            total += self.weights[name] * value
-        return RewardOutput(total.float(), {k: v.float() for k, v in values.items()}, seconds)
+            values[name] = self._check(name, value, len(captions))
+            normalized[name] = self.normalizer(name, values[name], fit)
+            total += self.weights[name] * normalized[name]
+        return RewardOutput(total.float(), {k: v.float() for k, v in values.items()}, seconds,
+                            {k: v.float() for k, v in normalized.items()})
 
     @staticmethod
     def _check(name: str, value: object, size: int) -> torch.Tensor:

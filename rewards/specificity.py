@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     require_keys(cfg, ("weights", "dataset", "images_root"), "specificity")
     model = load_reward_model(RewardModelSpec(kind=cfg.kind, arch=cfg.arch, weights=cfg.weights),
                               pick_device(cfg.device))
-    result = evaluate_specificity(model, cfg.dataset, cfg.images_root, cfg.split, cfg.limit, progress=True,
+    result = evaluate_specificity(model, cfg.dataset, cfg.images_root, cfg.split, cfg.limit,
                                   scenes=cfg.scenes)
     print(f"SR_pos {result['sr_pos']:.2f}  SR_neg {result['sr_neg']:.2f}  average {result['sr_avg']:.2f}  "
           f"({result['images']} images, {result['triplets']} triplets)")

@@ -71,6 +71,7 @@ class MetricSpec:
     wants_names: bool = False  # the family computes only the names asked for
     lower_is_better: frozenset[str] = frozenset()  # the family's names where lower is better
     external: bool = False  # runs an outside program (Java): a failure skips it for that call, with the reason
+    reference_free: frozenset[str] = frozenset()  # the family's names computed without reference captions
     no_direction: frozenset[str] = frozenset()  # diagnostics with no better direction
 
     def higher_is_better(self, name: str) -> bool | None:
@@ -141,12 +142,19 @@ class MetricSuite:
     """Metrics by name; each family is built once and reused across calls (METEOR's Java
     process lives as long as the suite)."""
 
-    def __init__(self, names: str | Sequence[str] = "all", context: ScoringContext | None = None):
+    def __init__(self, names: str | Sequence[str] = "all", context: ScoringContext | None = None,
+                 references: bool = True):
+        """`references=False`: captions come without references, so only reference-free metrics run."""
         self.context = context if context is not None else ScoringContext()
         self.names = resolve_names(names)
+        self.references = references
         self.skipped: dict[str, str] = {}
         self.failures: dict[str, str] = {}
         self._families: list[tuple[MetricSpec, Metric]] = []
+        if not references:
+            self.skipped = {n: "needs reference captions (--references)" for n in self.names
+                            if n not in _REGISTRY[n].reference_free}
+            self.names = [n for n in self.names if n not in self.skipped]
         for spec in dict.fromkeys(_REGISTRY[n] for n in self.names):
             reason = spec.unavailable(self.context)
             if reason:
@@ -156,11 +164,11 @@ class MetricSuite:
 
     def score(self, predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]) -> SuiteResult:
         ids = list(predictions)
-        missing = [i for i in ids if i not in references]
+        missing = [i for i in ids if i not in references] if self.references else []
         if missing:
             raise RlcapError(f"{len(missing)} prediction id(s) have no references, e.g. {missing[:5]}")
-        corpus, rows = self._compute(ScoringData(ids, [predictions[i] for i in ids], [references[i] for i in ids],
-                                                 self.context.tokenizer))
+        refs = [references.get(i, []) for i in ids]
+        corpus, rows = self._compute(ScoringData(ids, [predictions[i] for i in ids], refs, self.context.tokenizer))
         per_item = {name: {i: v for i, v in zip(ids, values, strict=True)} for name, values in rows.items()}
         return SuiteResult(corpus, per_item, {**self.skipped, **self.failures})
 

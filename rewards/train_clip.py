@@ -1,8 +1,11 @@
 """`python -m rewards.train_clip --config configs/reward_models/world_clip.yaml`
 
 Train a CLIP (any open_clip architecture) contrastively on a Karpathy-format dataset's images and
-captions; prints val R@1 (image->text, text->image) against chance each epoch and writes an
-open_clip state dict (.safetensors). An interrupted run resumes from its last finished epoch.
+captions, optionally with hard text negatives (`negatives: world`); prints val R@1 (image->text,
+text->image) against chance each epoch, writes an open_clip state dict (.safetensors) and, on the
+offline world, ends with its world-foil accuracy per kind. Streams the images; runs on one or
+many processes (`accelerate launch -m rewards.train_clip ...`); an interrupted run resumes from
+its last finished epoch.
 """
 
 from __future__ import annotations

@@ -45,11 +45,12 @@ def tiny_config(paths: dict[str, str], out_dir: Path, name: str = "tiny", **sect
     return path
 
 
-def launch_two_processes(config: Path) -> subprocess.CompletedProcess:
-    """`accelerate launch --multi_gpu --num_processes 2 -m captioner.train` on CPU (torchrun + gloo)."""
+def launch_two_processes(config: Path, module: str = "captioner.train", *args: str) -> subprocess.CompletedProcess:
+    """`accelerate launch --multi_gpu --num_processes 2 -m MODULE` on CPU (torchrun + gloo)."""
     accelerate = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    extra = ["--no-progress"] if module == "captioner.train" else []
     return subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "captioner.train",
-                           "--config", str(config), "--no-progress"], cwd=ROOT, env=env, capture_output=True,
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module,
+                           "--config", str(config), *extra, *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600, check=False)

@@ -75,3 +75,135 @@ def test_sampled_logprobs_are_the_policy_logprobs(model):
     logp = torch.log_softmax(logits, -1)[:, :-1].gather(2, out.tokens[:, :, None])[:, :, 0]
     alive = torch.cat([torch.ones(4, 1, dtype=torch.bool), out.tokens[:, :-1] > 0], 1)
     torch.testing.assert_close(logp * alive, out.logprobs, atol=1e-5, rtol=0)
+
+
+# --- decoding options -----------------------------------------------------------------------------
+
+def _vocab(size: int):
+    from captioner.vocab import Vocab
+
+    words = ["a", "the", "of", "on", "red", "circle", "square", "with", "and", "blue"]
+    words += [f"w{i}" for i in range(size - len(words))]
+    return Vocab({str(i + 1): w for i, w in enumerate(words)})
+
+
+class _Biased(Captioner):
+    """A random captioner with a fixed bias on its logits: "a", "the", "of" (function words) are the
+    likeliest words, so plain decoding repeats itself; `eos` sets how likely EOS is."""
+
+    eos = -6.0
+
+    def decode(self, tokens, mem_kv, mem_mask, cache=None, start=0):
+        logits = super().decode(tokens, mem_kv, mem_mask, cache, start)
+        bias = torch.zeros(logits.shape[-1])
+        bias[1:4] = 4.0
+        bias[0] = self.eos
+        return logits + bias
+
+
+def _repetitive_model(eos: float = -6.0):
+    torch.manual_seed(3)
+    cfg = ModelConfig(d_model=32, n_heads=2, enc_layers=1, dec_layers=1, d_ff=64, dropout=0.0)
+    net = _Biased(cfg, vocab_size=25, max_len=16, feat_dim=20, n_tokens=9, fc_dim=20).eval()
+    net.eos = eos
+    return net
+
+
+def _trigrams(tokens: list[int]) -> list[tuple[int, ...]]:
+    words = tokens[: tokens.index(0)] if 0 in tokens else tokens
+    return [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+
+
+@pytest.mark.parametrize("mode", ["greedy", "beam", "sample"])
+def test_block_trigrams_never_repeats_a_trigram(mode):
+    from captioner.decoding import Constraints, DecodeConfig, decode
+
+    net, vocab = _repetitive_model(), _vocab(25)
+    att, fc, mask = inputs(6)
+    cfg = DecodeConfig(beam_size=3 if mode == "beam" else 1, sample_n=4 if mode == "sample" else 0,
+                       block_trigrams=True)
+    plain = decode(net, att, fc, mask, DecodeConfig(beam_size=cfg.beam_size, sample_n=cfg.sample_n))
+    assert any(len(t) != len(set(t)) for t in map(_trigrams, plain.tokens.tolist()))  # the test can fail
+    torch.manual_seed(0)
+    out = decode(net, att, fc, mask, cfg, Constraints.of(cfg, vocab))
+    for row in out.tokens.tolist():
+        grams = _trigrams(row)
+        assert len(grams) == len(set(grams)), row
+
+
+@pytest.mark.parametrize("mode", ["greedy", "beam", "sample"])
+def test_remove_bad_endings_never_ends_in_a_function_word(mode):
+    from captioner.decoding import Constraints, DecodeConfig, decode
+    from plumbing.words import FUNCTION_WORDS
+
+    net, vocab = _repetitive_model(eos=2.5), _vocab(25)  # EOS about as likely as "a", "the", "of"
+    att, fc, mask = inputs(6)
+    cfg = DecodeConfig(beam_size=3 if mode == "beam" else 1, sample_n=4 if mode == "sample" else 0)
+
+    def last_words(out) -> list[str]:
+        return [c.split()[-1] for c in vocab.decode_batch(out.tokens) if c]
+
+    torch.manual_seed(0)
+    plain = last_words(decode(net, att, fc, mask, cfg))
+    cfg.remove_bad_endings = True
+    torch.manual_seed(0)
+    fixed = last_words(decode(net, att, fc, mask, cfg, Constraints.of(cfg, vocab)))
+    assert any(w in FUNCTION_WORDS for w in plain) or mode != "greedy"
+    assert fixed and not any(w in FUNCTION_WORDS for w in fixed), fixed
+
+
+class _ToyDecoder(torch.nn.Module):
+    """A 'model' with known log-probs: from BOS, word 1 (p .6) or word 2 (p .4); after 1, EOS (p .5)
+    or word 3 (p .5); after 2, word 3 (p .9); after 3, EOS (p .99). Captions: [1] = .3,
+    [1 3] = .2970, [2 3] = .3564."""
+
+    max_len = 4
+
+    def __init__(self):
+        super().__init__()
+        table = torch.full((5, 5), 1e-9)
+        table[0, 1], table[0, 2] = 0.6, 0.4
+        table[1, 0], table[1, 3] = 0.5, 0.5
+        table[2, 3], table[2, 0] = 0.9, 0.1
+        table[3, 0], table[3, 3] = 0.99, 0.01
+        table[4, 0] = 1.0
+        self.table = torch.log(table / table.sum(1, keepdim=True))
+
+    def encode(self, att, fc, mask):
+        return att, mask
+
+    def memory_kv(self, memory):
+        return [(memory, memory)]
+
+    def new_cache(self, n, device, dtype):
+        return None
+
+    def decode(self, tokens, mem_kv, mem_mask, cache=None, start=0):
+        return self.table[tokens]
+
+
+def test_length_penalty_changes_the_beam_choice_as_its_formula_says():
+    from captioner.decoding import beam_search
+
+    toy = _ToyDecoder()
+    att, mask = torch.zeros(1, 1, 1), torch.ones(1, 1, dtype=torch.bool)
+    logp = {(1,): toy.table[0, 1] + toy.table[1, 0], (2, 3): toy.table[0, 2] + toy.table[2, 3] + toy.table[3, 0]}
+
+    def best(penalty: float) -> tuple[int, ...]:
+        # score / (words + 1) ** penalty, as beam_search documents
+        return max(logp, key=lambda c: float(logp[c]) / (len(c) + 1) ** penalty)
+
+    for penalty in (0.0, 1.0):
+        out = beam_search(toy, att, att[:, 0], mask, beam=2, length_penalty=penalty, use_cache=False)
+        words = tuple(t for t in out.tokens[0].tolist() if t)
+        assert words == best(penalty), (penalty, words)
+    assert best(0.0) != best(1.0) or float(logp[(1,)]) < float(logp[(2, 3)])
+
+
+def test_nucleus_sampling_keeps_to_the_top_p_mass():
+    from captioner.decoding import _choose
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(2000, 1)
+    torch.manual_seed(0)
+    tokens, _, _ = _choose(logits, greedy=False, temperature=1.0, top_k=0, top_p=0.75)
+    assert set(tokens.tolist()) == {0, 1}

@@ -387,19 +387,20 @@ def test_load_errors_name_the_data_file(tmp_path):
 
 
 def test_a_clip_run_killed_between_its_log_and_its_state_logs_each_epoch_once(tiny_world, tmp_path, monkeypatch):
-    from rewards import train_clip
-    from rewards.recipes import clip as clip_recipe
+    from accelerate import Accelerator
 
-    real = clip_recipe.save_state
+    from rewards import train_clip
+
+    real = Accelerator.save_state
     calls = {"n": 0}
 
-    def killed_at_second(*args, **kwargs):
+    def killed_at_second(self, *args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt  # epoch 2 is logged, its state is not saved
-        return real(*args, **kwargs)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(clip_recipe, "save_state", killed_at_second)
+    monkeypatch.setattr(Accelerator, "save_state", killed_at_second)
     args = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
             "--out", str(tmp_path / "c.safetensors"), "--epochs", "3", "--set", "batch_size=16", "--set", "workers=0"]
     assert train_clip.main(args) == 130

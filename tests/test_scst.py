@@ -167,3 +167,65 @@ def test_scst_under_two_processes(tiny_data, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = (tmp_path / "scst2" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["stage"] == "scst"
+
+
+def test_the_kl_term_is_zero_at_the_reference_and_its_gradient_is_the_hand_formula():
+    from captioner.scst import kl_to_reference
+
+    torch.manual_seed(0)
+    theta = torch.randn(3, 6, requires_grad=True)  # a toy policy: 3 positions, 6 words each
+    tokens = torch.tensor([[1], [4], [0]])
+    mask = torch.tensor([[1.0], [1.0], [0.0]])  # the third position is past the EOS
+    logp = torch.log_softmax(theta, dim=-1).gather(1, tokens)
+    zero = kl_to_reference(logp, logp.detach(), mask)
+    assert float(zero.detach()) == 0.0
+    zero.backward()
+    assert torch.allclose(theta.grad, torch.zeros_like(theta))
+    theta.grad = None
+    ref = torch.log(torch.tensor([[0.3], [0.1], [0.5]]))
+    kl = kl_to_reference(torch.log_softmax(theta, dim=-1).gather(1, tokens), ref, mask)
+    kl.backward()
+    probs = torch.softmax(theta.detach(), dim=-1)
+    hand = torch.zeros_like(theta)
+    for row in range(2):  # d/dθ [exp(r - lp) - (r - lp) - 1] / n = (1 - exp(r - lp)) (onehot - p) / n
+        lp = torch.log(probs[row, tokens[row, 0]])
+        onehot = torch.nn.functional.one_hot(tokens[row, 0], 6).float()
+        hand[row] = (1 - torch.exp(ref[row, 0] - lp)) * (onehot - probs[row]) / 2
+    assert torch.allclose(theta.grad, hand, atol=1e-6)
+    assert float(kl.detach()) > 0
+
+
+def test_batch_z_gives_each_reward_zero_mean_and_unit_std():
+    from rewards import RewardNormalizer
+
+    torch.manual_seed(0)
+    norm = RewardNormalizer("batch_z")
+    for name, scale in (("cider_d", 3.0), ("clip_s", 0.4)):
+        values = torch.randn(250, dtype=torch.float64) * scale + 2.0
+        z = norm(name, values)
+        assert abs(float(z.mean())) < 1e-9 and abs(float(z.std(unbiased=False)) - 1) < 1e-4
+    running = RewardNormalizer("running_z")
+    first = running("r", torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
+    assert torch.allclose(first, norm("r", torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)))
+    state = running.state_dict()
+    again = RewardNormalizer("running_z")
+    again.load_state_dict(state)
+    batch = torch.tensor([5.0, 6.0], dtype=torch.float64)
+    assert torch.equal(running("r", batch), again("r", batch))
+
+
+def test_a_normalised_mix_weighs_rewards_by_weight_not_range():
+    from rewards import RewardBank
+
+    class Scaled:
+        def __init__(self, name, scale):
+            self.name, self.scale = name, scale
+
+        def __call__(self, captions, image_ids):
+            return torch.arange(len(captions), dtype=torch.float64) * self.scale
+
+    bank = RewardBank({"big": Scaled("big", 10.0), "small": Scaled("small", 0.1)}, {"big": 0.5, "small": 0.5},
+                      normalize="batch_z")
+    out = bank(["a"] * 4, [1, 2, 3, 4])
+    assert torch.allclose(out.normalized["big"], out.normalized["small"])
+    assert torch.allclose(out.values["big"], torch.tensor([0.0, 10.0, 20.0, 30.0]))

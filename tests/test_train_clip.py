@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,7 +32,7 @@ def test_world_clip_trains_reports_recall_and_loads_by_path(world_clip):
     assert 0 <= val["val_short_i2t_r1"] <= 1 and 0 <= val["val_long_t2i_r1"] <= 1
     lines = world_clip.with_suffix(".metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
-    assert not world_clip.with_suffix(".state.pt").exists()
+    assert not world_clip.with_name(world_clip.name + ".state").exists()
     loaded = load_open_clip(TINY_ARCH, str(world_clip))
     assert loaded.source == str(world_clip)
     from safetensors.torch import load_file
@@ -89,7 +90,35 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
 
     assert run(tmp_path / "once.safetensors") == 0
     assert run(tmp_path / "twice.safetensors", interrupt_at=2) == 130  # stopped during epoch 2
-    assert (tmp_path / "twice.state.pt").exists() and not (tmp_path / "twice.safetensors").exists()
+    assert (tmp_path / "twice.safetensors.state").is_dir() and not (tmp_path / "twice.safetensors").exists()
     assert run(tmp_path / "twice.safetensors") == 0
     once, twice = load_file(str(tmp_path / "once.safetensors")), load_file(str(tmp_path / "twice.safetensors"))
     assert all(torch.equal(once[k], twice[k]) for k in once)
+
+
+def test_two_processes_give_the_loss_curve_of_one(tiny_world, tmp_path):
+    """Two CPU processes (gloo) with 8 images each against one with the 16-image global batch: the
+    contrastive loss sees the gathered global batch, so the curves agree to 1e-4."""
+    import yaml
+
+    from tests.captioner_fixtures import launch_two_processes
+
+    def config(name: str) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({
+            "dataset": str(tiny_world / "dataset.json"), "images_root": str(tiny_world), "epochs": 3,
+            "batch_size": 16, "workers": 0, "out": str(tmp_path / f"{name}.safetensors"),
+            "scenes": str(tiny_world / "scenes.json"), "negatives": "world", "hard_negatives": 2}))
+        return path
+
+    assert train_clip.main(["--config", str(config("one"))]) == 0
+    result = launch_two_processes(config("two"), "rewards.train_clip")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    def curve(name: str) -> list[float]:
+        lines = (tmp_path / f"{name}.metrics.jsonl").read_text().splitlines()
+        return [json.loads(line)["train_loss"] for line in lines]
+
+    one, two = curve("one"), curve("two")
+    assert len(one) == len(two) == 3
+    assert all(abs(a - b) < 1e-4 for a, b in zip(one, two, strict=True)), (one, two)

@@ -2,8 +2,9 @@
 
 The parser knows only the world's vocabulary (lexicon.py), not the caption templates, so it
 reads model captions and reference captions alike: object mentions (shape with the colour,
-size and texture words right before it), spatial relations between mentions, the object count
-and the background colour.
+size and texture words right before it), spatial relations between mentions, where a mention
+sits in the image, the object count and the background colour. `contradictions` lists every
+claim of a caption that the scene contradicts.
 """
 
 from __future__ import annotations
@@ -43,17 +44,54 @@ class Mention:
 class CaptionClaims:
     mentions: list[Mention] = field(default_factory=list)
     relations: list[tuple[int, str, int]] = field(default_factory=list)  # mention indices
+    relation_spans: list[tuple[int, int]] = field(default_factory=list)  # tokens of each relation phrase
+    places: list[tuple[int, str, int, int]] = field(default_factory=list)  # (mention, place, first, end token)
     count: int | None = None
+    count_at: int | None = None  # token index of the number word
     background: str | None = None
 
 
 def parse_caption(text: str) -> CaptionClaims:
-    tokens = ptb_tokenize(text).split()
+    return parse_tokens(ptb_tokenize(text).split())
+
+
+def parse_tokens(tokens: list[str]) -> CaptionClaims:
+    """Claims of a lowercased word sequence (punctuation removed, as ptb_tokenize leaves it)."""
     claims = CaptionClaims(mentions=_mentions(tokens))
-    claims.relations = _relations(tokens, claims.mentions)
-    claims.count = _count(tokens)
+    found = _relations(tokens, claims.mentions)
+    claims.relations = [r for r, _ in found]
+    claims.relation_spans = [span for _, span in found]
+    claims.places = _places(tokens, claims.mentions)
+    claims.count, claims.count_at = _count(tokens)
     claims.background = _background(tokens)
     return claims
+
+
+# "in the center", "on the left", "at the top", "in the top left corner": place phrases of the world
+_PLACE_PATTERNS = sorted(
+    [(tuple(phrase.split()), name) for name in lexicon.PLACES.values()
+     for phrase in (f"in the {name} corner" if " " in name else
+                    "in the center" if name == "center" else
+                    f"on the {name}" if name in ("left", "right") else f"at the {name}",)],
+    key=lambda item: -len(item[0]),
+)
+
+
+def _places(tokens: list[str], mentions: list[Mention]) -> list[tuple[int, str, int, int]]:
+    """A place phrase belongs to the last mention before it, when no other mention comes between."""
+    found = []
+    i = 0
+    while i < len(tokens):
+        match = next(((p, n) for p, n in _PLACE_PATTERNS if tuple(tokens[i:i + len(p)]) == p), None)
+        if match is None:
+            i += 1
+            continue
+        phrase, name = match
+        owner = max((k for k, m in enumerate(mentions) if m.end <= i), default=None, key=lambda k: mentions[k].end)
+        if owner is not None:
+            found.append((owner, name, i, i + len(phrase)))
+        i += len(phrase)
+    return found
 
 
 def _mentions(tokens: list[str]) -> list[Mention]:
@@ -93,7 +131,7 @@ def _attribute_kind(word: str) -> str | None:
     return None
 
 
-def _relations(tokens: list[str], mentions: list[Mention]) -> list[tuple[int, str, int]]:
+def _relations(tokens: list[str], mentions: list[Mention]) -> list[tuple[tuple[int, str, int], tuple[int, int]]]:
     relations = []
     i = 0
     while i < len(tokens):
@@ -106,16 +144,16 @@ def _relations(tokens: list[str], mentions: list[Mention]) -> list[tuple[int, st
         subject = max((k for k, m in enumerate(mentions) if m.end <= i), default=None, key=lambda k: mentions[k].end)
         obj = next((k for k, m in enumerate(mentions) if m.start >= after), None)
         if subject is not None and obj is not None and set(tokens[after:mentions[obj].start]) <= _ARTICLES:
-            relations.append((subject, relation, obj))
+            relations.append(((subject, relation, obj), (i, after)))
         i = after
     return relations
 
 
-def _count(tokens: list[str]) -> int | None:
-    for word, nxt in itertools.pairwise(tokens):
+def _count(tokens: list[str]) -> tuple[int | None, int | None]:
+    for k, (word, nxt) in enumerate(itertools.pairwise(tokens)):
         if word in _NUMBERS and nxt in _COUNT_NOUNS:
-            return _NUMBERS[word]
-    return 1 if "single" in tokens else None
+            return _NUMBERS[word], k
+    return (1, tokens.index("single")) if "single" in tokens else (None, None)
 
 
 def _background(tokens: list[str]) -> str | None:
@@ -140,4 +178,29 @@ def attribute_errors(mention: Mention, obj: WorldObject) -> list[str]:
         wrong.append("size")
     if mention.texture is not None and mention.texture != obj.texture:
         wrong.append("texture")
+    return wrong
+
+
+def contradictions(claims: CaptionClaims, scene: Scene) -> list[str]:
+    """Every claim the scene contradicts: a named object it lacks, a wrong size or texture, a
+    relation whose inverse holds, a wrong place, count or background. [] for a true caption."""
+    wrong = []
+    matched = [match_object(m, scene) for m in claims.mentions]
+    for mention, obj in zip(claims.mentions, matched, strict=True):
+        if obj is None:
+            wrong.append(f"no {mention.color or ''} {mention.shape}".replace("  ", " "))
+        else:
+            wrong += [f"{kind} of the {obj.color} {obj.shape}" for kind in attribute_errors(mention, obj)]
+    for subject, relation, other in claims.relations:
+        a, b = matched[subject], matched[other]
+        if a is not None and b is not None and scene.holds(a.id, lexicon.INVERSE[relation], b.id):
+            wrong.append(f"the {a.color} {a.shape} is not {relation} the {b.color} {b.shape}")
+    for mention, place, _, _ in claims.places:
+        obj = matched[mention]
+        if obj is not None and obj.place != place:
+            wrong.append(f"the {obj.color} {obj.shape} is not at {place}")
+    if claims.count is not None and claims.count != len(scene.objects):
+        wrong.append(f"{len(scene.objects)} objects, not {claims.count}")
+    if claims.background is not None and claims.background != scene.background:
+        wrong.append(f"the background is {scene.background}, not {claims.background}")
     return wrong

@@ -66,6 +66,7 @@ def _missing_model(model_key: str):
 
 
 for _model_key, _names in MODEL_TERMS.items():
-    register_metric(MetricSpec(_names, ClipMetric, unavailable=_missing_model(_model_key), wants_names=True))
+    register_metric(MetricSpec(_names, ClipMetric, unavailable=_missing_model(_model_key), wants_names=True,
+                               reference_free=frozenset(n for n in _names if not n.startswith("ref_"))))
     for _name in _names:
         register_reward(_name, lambda ctx, name=_name: ClipTermReward(name, ctx))

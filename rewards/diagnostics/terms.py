@@ -33,6 +33,7 @@ def _needs_scenes(ctx: ScoringContext) -> str | None:
 
 register_metric(MetricSpec(TEXT_DIAGNOSTICS, lambda ctx: TextDiagnostics(),
                            lower_is_better=frozenset({"repeat_2", "bad_ending"}),
-                           no_direction=frozenset({"mean_length"})))
+                           no_direction=frozenset({"mean_length"}), reference_free=frozenset(TEXT_DIAGNOSTICS)))
 register_metric(MetricSpec(GROUNDING, GroundingMetric, _needs_scenes,
-                           lower_is_better=frozenset(GROUNDING) - {"object_recall"}))
+                           lower_is_better=frozenset(GROUNDING) - {"object_recall"},
+                           reference_free=frozenset(GROUNDING)))

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+
+
+def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """The global batch of a per-process tensor, rows in process order, gradients flowing back to
+    every process's rows. Every process then computes the same global loss; with DDP averaging
+    the gradients, N processes train exactly like one process with the global batch."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return x
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(x.contiguous()))
 
 
 def info_nce(image: torch.Tensor, text: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
@@ -11,6 +23,21 @@ def info_nce(image: torch.Tensor, text: torch.Tensor, logit_scale: torch.Tensor)
     logits = logit_scale.exp() * image @ text.t()
     target = torch.arange(len(image), device=image.device)
     return (F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)) / 2
+
+
+def negclip_loss(image: torch.Tensor, text: torch.Tensor, mask: torch.Tensor,
+                 logit_scale: torch.Tensor) -> torch.Tensor:
+    """CLIP loss with hard text negatives (NegCLIP): image [B, d], text [B, T, d] normalised with
+    text[:, 0] the image's caption and text[:, 1:] captions false of it (mask [B, T] marks real
+    texts). Image->text ranks every caption and every hard negative of the batch; text->image ranks
+    the images for each caption (a negative describes no image, so it has no row of its own)."""
+    captions = text[:, 0]
+    negatives = text[:, 1:][mask[:, 1:]]
+    scale = logit_scale.exp()
+    target = torch.arange(len(image), device=image.device)
+    image_to_text = scale * image @ torch.cat([captions, negatives]).t()
+    text_to_image = scale * captions @ image.t()
+    return (F.cross_entropy(image_to_text, target) + F.cross_entropy(text_to_image, target)) / 2
 
 
 def recall_at_1(image: torch.Tensor, text: torch.Tensor) -> dict[str, float]:
@@ -25,13 +52,6 @@ def recall_at_1(image: torch.Tensor, text: torch.Tensor) -> dict[str, float]:
 
 
 CHUNK = 256  # rows per forward when embedding a whole split
-
-
-@torch.no_grad()
-def embed_images(encode, images: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Normalised embeddings of a split's images, in chunks."""
-    return torch.cat([F.normalize(encode(images[i: i + CHUNK].to(device)).float(), dim=-1)
-                      for i in range(0, len(images), CHUNK)])
 
 
 @torch.no_grad()

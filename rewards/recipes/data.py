@@ -1,16 +1,26 @@
-"""Image–caption data for training reward models: a split's images decoded once into a tensor
-with the model's eval transform, and each image's caption pool (short references, long captions)."""
+"""Image-text data for training reward models, streamed from image files.
+
+A split is a list of image paths and each image's caption pool (short references, long captions,
+detail units); only the texts are held in memory. `TextsDataset` decodes one image per item in
+a DataLoader worker and asks a recipe's `texts(row, rng)` for that image's texts (a caption, its
+hard negatives, specificity triplets...). The rng is seeded by (seed, epoch, row), so what an
+image gets in an epoch does not depend on workers, processes or resuming. `collate` tokenises the
+texts into one [B, T, L] tensor trimmed to the batch's longest sequence, so accelerate can split
+a global batch across processes along the image axis.
+"""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from torch.utils.data import DataLoader
-from tqdm import tqdm
+from torch.utils.data import DataLoader, Dataset
 
-from features.images import ImageFiles, check_images_exist, collate
+from features.clip_models.tokens import ClipTokenizer
+from features.images import IMAGE_ERRORS, check_images_exist, open_rgb
 from plumbing.errors import DataError
 from plumbing.karpathy import ImageEntry, load_dataset
 
@@ -18,12 +28,20 @@ CaptionKind = Literal["short", "long", "both"]
 
 
 @dataclass
-class ImageCaptions:
+class Split:
+    """One split's images (paths, ids, dataset entries) and caption pools, row for row."""
+
     image_ids: list[int]
-    images: torch.Tensor  # [N, 3, H, W], transformed
+    paths: list[str]
     short: list[list[str]]  # reference captions per image
     long: list[list[str]]  # long detailed captions per image (may be empty lists)
-    entries: list[ImageEntry]  # the dataset entries, row for row (detail units, ids)
+    entries: list[ImageEntry]  # the dataset entries (detail units, extra fields)
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def subset(self, rows: list[int]) -> Split:
+        return Split(*([getattr(self, f)[k] for k in rows] for f in ("image_ids", "paths", "short", "long", "entries")))
 
     def pool(self, kind: CaptionKind) -> list[list[str]]:
         if kind == "short":
@@ -37,8 +55,8 @@ def long_captions(entry: ImageEntry) -> list[str]:
     return [c["raw"] for c in entry.extra.get("long_captions", []) if isinstance(c, dict) and c.get("raw")]
 
 
-def load_split(dataset: str, images_root: str, split: str, transform, limit: int = 0, workers: int = 2,
-               need_long: bool = False, progress: bool = True) -> ImageCaptions:
+def load_split(dataset: str, images_root: str, split: str, limit: int = 0, need_long: bool = False,
+               allow_outside_root: bool = False) -> Split:
     entries = [e for e in load_dataset(dataset) if e.split == split]
     if limit:
         entries = entries[:limit]
@@ -46,23 +64,93 @@ def load_split(dataset: str, images_root: str, split: str, transform, limit: int
         raise DataError(f"{dataset}: no images in split {split!r}")
     if need_long and not any(long_captions(e) for e in entries):
         raise DataError(f"{dataset}: split {split!r} has no long captions ('long_captions' per image)")
-    paths = check_images_exist(images_root, entries)
-    ids = [e.image_id for e in entries]
-    loader = DataLoader(ImageFiles(paths, ids, list(range(len(ids))), transform), batch_size=256,
-                        num_workers=workers, collate_fn=collate)
+    paths = check_images_exist(images_root, entries, allow_outside_root)
+    return Split([e.image_id for e in entries], paths, [e.raw_captions for e in entries],
+                 [long_captions(e) for e in entries], entries)
+
+
+TextsFor = Callable[[int, random.Random], list[str]]
+
+
+class TextsDataset(Dataset):
+    """Items: (row, image tensor, texts of that image). Image decoding errors come back as data, so
+    the main process raises one DataError naming the file instead of a worker traceback."""
+
+    def __init__(self, split: Split, transform: Callable, texts: TextsFor, seed: int):
+        self.split, self.transform, self.texts, self.seed = split, transform, texts, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, row: int) -> tuple[int, torch.Tensor | None, list[str], str]:
+        rng = random.Random(f"{self.seed}-{self.epoch}-{row}")
+        try:
+            image = self.transform(open_rgb(self.split.paths[row]))
+        except IMAGE_ERRORS as exc:
+            return row, None, [], f"image id {self.split.image_ids[row]}: cannot read {self.split.paths[row]}: {exc}"
+        return row, image, self.texts(row, rng), ""
+
+
+class TextBatcher:
+    """Collates items into {"rows", "images" [B,3,H,W], "tokens" [B,T,L], "mask" [B,T], "errors"}:
+    T is the most texts any image has, L the longest tokenised text (padding is exact under a
+    causal mask). Unreadable images come back in "errors" for the main process to report."""
+
+    def __init__(self, tokenizer: ClipTokenizer):
+        self.tokenizer = tokenizer
+
+    def __call__(self, items: list[tuple[int, torch.Tensor | None, list[str], str]]) -> dict:
+        errors = [error for *_, error in items if error]
+        if errors:
+            return {"errors": errors}
+        per_image = max(len(texts) for _, _, texts, _ in items)
+        flat = [t for _, _, texts, _ in items for t in texts]
+        ids = self.tokenizer.ids(flat)
+        length = max(len(t) for t in ids)
+        tokens = torch.zeros(len(items), per_image, length, dtype=torch.long)
+        mask = torch.zeros(len(items), per_image, dtype=torch.bool)
+        k = 0
+        for b, (_, _, texts, _) in enumerate(items):
+            for t in range(len(texts)):
+                tokens[b, t, : len(ids[k])] = torch.tensor(ids[k], dtype=torch.long)
+                mask[b, t] = True
+                k += 1
+        return {"rows": torch.tensor([row for row, *_ in items]), "images": torch.stack([i for _, i, _, _ in items]),
+                "tokens": tokens, "mask": mask, "errors": []}
+
+
+def raise_errors(batch: dict) -> None:
+    errors = batch.get("errors") or []
+    if errors:
+        raise DataError(errors[0] + (f" (and {len(errors) - 1} more in this batch)" if len(errors) > 1 else ""))
+
+
+def pick(pool: list[str], rng: random.Random) -> str:
+    return pool[rng.randrange(len(pool))]
+
+
+@torch.no_grad()
+def embed_split_images(encode: Callable[[torch.Tensor], torch.Tensor], split: Split, transform: Callable,
+                       device: torch.device, workers: int, batch_size: int = 256) -> torch.Tensor:
+    """L2-normalised embeddings [N, d] of a split's images, streamed: never all pixels at once."""
+    loader = DataLoader(TextsDataset(split, transform, _no_texts, 0), batch_size=batch_size, num_workers=workers,
+                        collate_fn=_images_only)
     chunks = []
-    for _, images, errors in tqdm(loader, desc=f"load {split} images", unit="batch", disable=not progress):
+    for images, errors in loader:
         if errors:
             raise DataError(errors[0])
-        chunks.append(images)
-    return ImageCaptions(ids, torch.cat(chunks), [e.raw_captions for e in entries],
-                         [long_captions(e) for e in entries], entries)
+        chunks.append(torch.nn.functional.normalize(encode(images.to(device)).float(), dim=-1))
+    return torch.cat(chunks)
 
 
-def sample_captions(pools: list[list[str]], rows: list[int], generator: torch.Generator) -> list[str]:
-    """One caption per row, drawn uniformly from its pool."""
-    picks = []
-    for row in rows:
-        pool = pools[row]
-        picks.append(pool[int(torch.randint(len(pool), (1,), generator=generator))])
-    return picks
+def _no_texts(row: int, rng: random.Random) -> list[str]:
+    return []
+
+
+def _images_only(items: list) -> tuple[torch.Tensor | None, list[str]]:
+    errors = [error for *_, error in items if error]
+    return (None, errors) if errors else (torch.stack([image for _, image, _, _ in items]), [])

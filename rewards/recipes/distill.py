@@ -1,5 +1,5 @@
 """L-CLIP distillation (papers/l_clipscore_paper.md §III-B) from any loadable CLIP teacher into the
-L-CLIP student (rewards/lclip.py: weight-multiplexed blocks, factorised token embedding):
+L-CLIP student (features/clip_models/lclip.py: weight-multiplexed blocks, factorised token embedding):
 
   stage 1, per tower:  L_D = ½·|r_T − r_S|₁ + ½·(1 − cos(r_T, r_S))                    (Eq. 1)
   stage 2, adds:       L_SR = Σ_i max(0, S^T_ii − S^S_ii) + Σ_{i≠j} max(0, S^S_ij − S^T_ij)  (Eq. 2)
@@ -17,31 +17,35 @@ import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.lclip import LClip, LClipConfig
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.tokens import ClipTokenizer
-from plumbing.atomic import append_line, atomic_path, to_json, write_json
+from features.world.negatives import KINDS, hard_negatives
+from features.world.scene import load_scenes
+from plumbing.atomic import atomic_path, write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
 from rewards.clip.formulas import CLIP_S_PREFIX, clip_s
-from rewards.recipes.contrastive import embed_images, embed_texts, recall_at_1
-from rewards.recipes.data import ImageCaptions, load_split, sample_captions
-from rewards.recipes.training import optimizer_and_schedule, start, trim_log
+from rewards.recipes.contrastive import embed_texts, gather_with_grad, recall_at_1
+from rewards.recipes.data import Split, TextBatcher, TextsDataset, embed_split_images, load_split, pick
+from rewards.recipes.foil_report import foil_accuracy, foil_table
+from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(RecipeConfig):
     teacher: str = option("", help="teacher weights: a file, or an open_clip hub tag")
     teacher_arch: str = option("world-clip-tiny", help="the teacher's open_clip architecture")
-    dataset: str = option("", help="Karpathy-format dataset.json")
-    images_root: str = option("", help="folder the dataset's image paths are relative to")
     out: str = option("", help="output student checkpoint (.ckpt, DistillCLIP layout)")
+    batch_size: int = option(128, help="images per optimizer step over all processes", at_least=2)
+    lr: float = option(5e-4, help="stage 1 peak learning rate (warmup, then cosine)", above=0)
+    weight_decay: float = option(0.01, help="AdamW weight decay (not on gains, biases, embeddings)", at_least=0)
     vision_layers: int = option(2, help="student image-tower layers after multiplexing (shared blocks x repeats)",
                                 at_least=1)
     text_layers: int = option(2, help="student text-tower layers after multiplexing", at_least=1)
@@ -51,16 +55,10 @@ class DistillConfig:
                             at_least=0)
     stage1_epochs: int = option(4, help="epochs of stage 1 (L_D per tower)", at_least=0)
     stage2_epochs: int = option(2, help="epochs of stage 2 (+ the similarity regulator)", at_least=0)
-    batch_size: int = option(128, help="images per step", at_least=2)
-    lr: float = option(5e-4, help="stage 1 peak learning rate (warmup, then cosine)", above=0)
     stage2_lr: float = option(1e-5, help="stage 2 learning rate, constant (the paper: 1e-5)", above=0)
-    weight_decay: float = option(0.01, help="AdamW weight decay", at_least=0)
     sr_weight: float = option(1.0, help="weight of the similarity-regulator loss in stage 2", at_least=0)
-    max_train_images: int = option(0, help="use at most this many train images (0 = all)", at_least=0)
-    max_val_images: int = option(500, help="val images for the comparison report", at_least=1)
-    seed: int = option(0, help="random seed")
-    device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
-    workers: int = option(2, help="image-decoding worker processes", at_least=0)
+    negatives: Literal["none", "world"] = option("none", help="also distil on hard text negatives: none or world")
+    hard_negatives: int = option(2, help="hard negatives per image and step (with negatives: world)", at_least=0)
 
 
 def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
@@ -136,68 +134,95 @@ def _copy_blocks(student_blocks, teacher_blocks) -> None:
 def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     _validate(cfg)
     summary_path = Path(cfg.out).with_suffix(".json")
-    device = start(cfg.seed, cfg.device, summary_path, cfg.out, progress)
-    if device is None:
+    if summary_path.exists() and Path(cfg.out).exists():
+        if progress:
+            print(f"{cfg.out} is already distilled ({summary_path}); nothing to do")
         return json.loads(summary_path.read_text())
+    run = RecipeRun(cfg, cfg.out, Path(cfg.out).with_suffix(".log.jsonl"), progress)
     loaded = load_open_clip(cfg.teacher_arch, cfg.teacher)
-    teacher = loaded.model.to(device).eval()
+    teacher = loaded.model.to(run.device).eval().requires_grad_(False)
     student = LClip(student_config(teacher, cfg))
     init_from_teacher(student, teacher)
-    student = student.to(device)
     tokenizer = ClipTokenizer(int(teacher.context_length))
-    train = load_split(cfg.dataset, cfg.images_root, "train", loaded.preprocess, cfg.max_train_images, cfg.workers,
-                       progress=progress)
-    val = load_split(cfg.dataset, cfg.images_root, "val", loaded.preprocess, cfg.max_val_images, cfg.workers,
-                     progress=progress)
-    teacher_text = clip_text_forward(teacher)
-    pools = train.pool("both")
-    log_path = Path(cfg.out).with_suffix(".log.jsonl")
-    trim_log(log_path, 0, key="stage")  # this recipe restarts from scratch: an interrupted run's lines go
-    Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator().manual_seed(cfg.seed)
+    train = load_split(cfg.dataset, cfg.images_root, "train", cfg.max_train_images,
+                       allow_outside_root=cfg.allow_outside_root)
+    val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
+                     allow_outside_root=cfg.allow_outside_root)
+    dataset = TextsDataset(train, loaded.preprocess, distill_texts(train, cfg), cfg.seed)
+    teacher_pair = PairEncoder(teacher, clip_text_forward(teacher))
+    pair = PairEncoder(student, student.encode_text)
+
+    def evaluate(epoch: int) -> dict:
+        return compare_on_val(teacher, student, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
+
     record: dict = {}
-    for stage, epochs, lr in ((1, cfg.stage1_epochs, cfg.lr), (2, cfg.stage2_epochs, cfg.stage2_lr)):
-        steps = -(-len(train.image_ids) // cfg.batch_size) * epochs
-        # stage 1 warms up and decays; stage 2 keeps its small rate constant, as the paper does
-        optimizer, scheduler = optimizer_and_schedule(student, lr, cfg.weight_decay, min(50, steps // 10 + 1)
-                                                      if stage == 1 else 0, steps,
-                                                      "cosine" if stage == 1 else "constant")
-        for epoch in range(epochs):
-            student.train()
-            order = torch.randperm(len(train.image_ids), generator=generator).tolist()
-            bar = tqdm(range(0, len(order), cfg.batch_size), desc=f"lclip stage {stage} epoch {epoch + 1}/{epochs}",
-                       disable=not progress)
-            for begin in bar:
-                rows = order[begin: begin + cfg.batch_size]
-                tokens = tokenizer.padded(tokenizer.ids(sample_captions(pools, rows, generator))).to(device)
-                images = train.images[rows].to(device)
-                with torch.no_grad():
-                    t_img, t_txt = teacher.encode_image(images), teacher_text(tokens)
-                s_img, s_txt = student.encode_image(images), student.encode_text(tokens)
-                loss = distill_loss(t_img, s_img) + distill_loss(t_txt, s_txt)
-                if stage == 2:
-                    t_sim = F.normalize(t_img, dim=-1) @ F.normalize(t_txt, dim=-1).t()
-                    s_sim = F.normalize(s_img, dim=-1) @ F.normalize(s_txt, dim=-1).t()
-                    loss = loss + cfg.sr_weight * similarity_regulator(t_sim, s_sim)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
-                optimizer.step()
-                scheduler.step()
-                bar.set_postfix(loss=f"{loss.item():.4f}")
-            record = {"stage": stage, "epoch": epoch + 1, **compare_on_val(teacher, student, tokenizer, val, device)}
-            append_line(log_path, to_json(record))
-            if progress:
-                print(json.dumps(record))
-    save_student(student, cfg.out, stage_epochs=(cfg.stage1_epochs, cfg.stage2_epochs))
+    steps = max(1, len(train) // cfg.batch_size) * cfg.stage1_epochs
+    stages = (Stage("stage1", cfg.stage1_epochs, cfg.lr, min(50, steps // 10 + 1)),
+              # stage 2 keeps its small rate constant, as the paper does
+              Stage("stage2", cfg.stage2_epochs, cfg.stage2_lr, 0, "constant"))
+    for stage in stages:
+        if not stage.epochs:
+            continue
+
+        def step(model: torch.nn.Module, batch: dict, stage: Stage = stage) -> tuple[torch.Tensor, dict[str, float]]:
+            return distill_step(model, teacher_pair, batch, cfg.sr_weight if stage.name == "stage2" else 0.0)
+
+        record = run.fit(pair, dataset, TextBatcher(tokenizer), step, stage, evaluate=evaluate)["record"] or record
     summary = {"out": cfg.out, "teacher_params": _params(teacher), "student_params": _params(student), **record}
-    write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
+    if run.is_main:
+        save_student(student, cfg.out, stage_epochs=(cfg.stage1_epochs, cfg.stage2_epochs))
+        if cfg.scenes:
+            summary["world_foils"] = foil_accuracy(student.encode_image, student.encode_text, tokenizer, val,
+                                                   loaded.preprocess, cfg.scenes, "clip_s", run.device, cfg.workers)
+            print(foil_table(f"{cfg.out} (l_clip_s)", summary["world_foils"]))
+        write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
+    run.finish()
     return summary
 
 
+def distill_texts(train: Split, cfg: DistillConfig):
+    """texts(row, rng): one caption of the image, and hard negatives of it (the student learns how the
+    teacher tells them apart)."""
+    pools = train.pool("both")
+    scenes = load_scenes(cfg.scenes) if cfg.negatives == "world" else None
+
+    def texts(row: int, rng: random.Random) -> list[str]:
+        caption = pick(pools[row], rng)
+        if scenes is None or not cfg.hard_negatives:
+            return [caption]
+        negatives = hard_negatives(caption, scenes[train.image_ids[row]], rng, cfg.hard_negatives, KINDS)
+        return [caption, *(n.text for n in negatives)]
+
+    return texts
+
+
+def distill_step(pair: torch.nn.Module, teacher: PairEncoder, batch: dict,
+                 sr_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """L_D on the images and on every text; with sr_weight, the similarity regulator on image x caption."""
+    tokens, mask = batch["tokens"], batch["mask"]
+    b, t, length = tokens.shape
+    flat = tokens.view(b * t, length)
+    with torch.no_grad():
+        t_img, t_txt, _ = teacher(batch["images"], flat)
+    s_img, s_txt, _ = pair(batch["images"], flat)
+    t_img, s_img = gather_with_grad(t_img.float()), gather_with_grad(s_img.float())
+    t_txt, s_txt = gather_with_grad(t_txt.float().view(b, t, -1)), gather_with_grad(s_txt.float().view(b, t, -1))
+    valid = gather_with_grad(mask)
+    image_loss, text_loss = distill_loss(t_img, s_img), distill_loss(t_txt[valid], s_txt[valid])
+    loss = image_loss + text_loss
+    parts = {"image_ld": image_loss.item(), "text_ld": text_loss.item()}
+    if sr_weight:
+        t_sim = F.normalize(t_img, dim=-1) @ F.normalize(t_txt[:, 0], dim=-1).t()
+        s_sim = F.normalize(s_img, dim=-1) @ F.normalize(s_txt[:, 0], dim=-1).t()
+        regulator = similarity_regulator(t_sim, s_sim)
+        loss = loss + sr_weight * regulator
+        parts["sr"] = regulator.item()
+    return loss, parts
+
+
 @torch.no_grad()
-def compare_on_val(teacher, student: LClip, tokenizer: ClipTokenizer, val: ImageCaptions,
-                   device: torch.device, seed: int = 0) -> dict:
+def compare_on_val(teacher, student: LClip, tokenizer: ClipTokenizer, val: Split, transform,
+                   device: torch.device, workers: int = 0, seed: int = 0) -> dict:
     """Val R@1 of both models, and how often each one's CLIP-S prefers an image's own caption to
     another image's (l_clip_s for the student, clip_s for the teacher)."""
     student.eval()
@@ -208,7 +233,7 @@ def compare_on_val(teacher, student: LClip, tokenizer: ClipTokenizer, val: Image
     out = {}
     for name, encode_image, encode_text in (("teacher", teacher.encode_image, clip_text_forward(teacher)),
                                             ("student", student.encode_image, student.encode_text)):
-        image = embed_images(encode_image, val.images, device)
+        image = embed_split_images(encode_image, val, transform, device, workers)
 
         def text(texts: list[str], encode=encode_text) -> torch.Tensor:
             return embed_texts(encode, tokenizer, texts, device)
@@ -219,6 +244,7 @@ def compare_on_val(teacher, student: LClip, tokenizer: ClipTokenizer, val: Image
         out.update({f"{name}_i2t_r1": recall["i2t_r1"], f"{name}_t2i_r1": recall["t2i_r1"],
                     f"{name}_match_acc": float((right > wrong).float().mean())})
     out["chance_r1"] = 1.0 / len(captions)
+    student.train()
     return out
 
 
@@ -237,3 +263,5 @@ def _validate(cfg: DistillConfig) -> None:
     for key in ("vision_layers", "text_layers"):
         if getattr(cfg, key) % cfg.repeats:
             raise ConfigError(f"{key} ({getattr(cfg, key)}) must be a multiple of repeats ({cfg.repeats})")
+    if cfg.negatives == "world" and not cfg.scenes:
+        raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")

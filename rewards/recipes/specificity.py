@@ -22,8 +22,7 @@ from features.clip_models.factory import RewardModel
 from plumbing.errors import DataError
 from plumbing.karpathy import ImageEntry
 from rewards.clip.scorer import EmbeddingScorer
-from rewards.recipes.contrastive import embed_images
-from rewards.recipes.data import load_split
+from rewards.recipes.data import embed_split_images, load_split
 
 
 @dataclass
@@ -140,9 +139,9 @@ def specificity_rates(image: torch.Tensor, triplets: Triplets, texts: dict[str, 
 
 @torch.no_grad()
 def evaluate_specificity(model: RewardModel, dataset: str, images_root: str, split: str = "val", limit: int = 0,
-                         seed: int = 0, workers: int = 2, progress: bool = False,
+                         seed: int = 0, workers: int = 2,
                          scenes: str | None = None) -> dict[str, float]:
-    data = load_split(dataset, images_root, split, model.preprocess, limit, workers, progress=progress)
+    data = load_split(dataset, images_root, split, limit)
     units = [detail_units_of(e) for e in data.entries]
     if not any(units):
         raise DataError(f"{dataset}: no image in split {split!r} has long captions with detail units "
@@ -157,5 +156,5 @@ def evaluate_specificity(model: RewardModel, dataset: str, images_root: str, spl
     triplets = all_triplets(first_units, seed, allowed)
     scorer = EmbeddingScorer(model, None)
     texts = scorer.text_embeddings([*triplets.base, *triplets.positive, *triplets.negative])
-    image = embed_images(model.encode_image, data.images[keep], model.device)
+    image = embed_split_images(model.encode_image, data.subset(keep), model.preprocess, model.device, workers)
     return {**specificity_rates(image, triplets, texts), "truncated": scorer.truncated}

@@ -1,0 +1,242 @@
+"""The training loop every reward-model recipe runs: streamed data under accelerate.
+
+One or many processes (`accelerate launch -m rewards.train_clip ...`), mixed precision, gradient
+accumulation, and `save_state` / `load_state` at each epoch's end so an interrupted run resumes to
+the same weights. The DataLoader yields *global* batches that accelerate splits across processes
+(`split_batches`), and losses see the gathered global batch (`gather_with_grad`): N processes
+train like one process with the same batch. Read top to bottom: `RecipeRun.fit` is the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.utils import set_seed
+from safetensors.torch import load_model
+from torch.optim.lr_scheduler import LambdaLR
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+from plumbing.atomic import append_line, to_json, write_json
+from plumbing.config import option
+from plumbing.locks import hold_lock, release_lock
+from plumbing.schedules import Schedule, lr_factor
+from rewards.recipes.data import raise_errors
+from rewards.recipes.training import param_groups, trim_log
+
+
+@dataclass
+class RecipeConfig:
+    """What every reward-model recipe is told: its data, its output and the loop's settings."""
+
+    dataset: str = option("", help="Karpathy-format dataset.json")
+    images_root: str = option("", help="folder the dataset's image paths are relative to")
+    scenes: str | None = option(None, help="the offline world's scenes.json: hard negatives and the world-foil "
+                                "report at the end")
+    epochs: int = option(10, help="training epochs", at_least=1)
+    batch_size: int = option(128, help="images per optimizer step over all processes (the contrastive batch)",
+                             at_least=2)
+    accumulation_steps: int = option(1, help="batches per optimizer step", at_least=1)
+    lr: float = option(1e-3, help="peak learning rate (warmup, then cosine to 0)", above=0)
+    weight_decay: float = option(0.1, help="AdamW weight decay (not on gains, biases, embeddings)", at_least=0)
+    warmup_steps: int = option(50, help="linear warmup steps", at_least=0)
+    max_train_images: int = option(0, help="use at most this many train images (0 = all)", at_least=0)
+    max_val_images: int = option(500, help="val images for the end-of-epoch report", at_least=2)
+    seed: int = option(0, help="random seed")
+    device: str = option("auto", help="auto (the GPU when present) or cpu")
+    mixed_precision: Literal["auto", "no", "fp16", "bf16"] = option("auto", help="auto: bf16/fp16 on GPU, no on CPU")
+    workers: int = option(2, help="image-decoding DataLoader workers", at_least=0)
+    allow_outside_root: bool = option(False, help="follow image paths and symlinks that lead outside images_root")
+
+
+def precision(name: str) -> str:
+    if name != "auto":
+        return name
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
+
+
+class PairEncoder(torch.nn.Module):
+    """A dual encoder's two towers (and its temperature) behind one forward, so accelerate's DDP
+    wrapper sees every pass."""
+
+    def __init__(self, module: torch.nn.Module, encode_text: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.module = module
+        self.encode_text = encode_text
+
+    def forward(self, images: torch.Tensor | None, tokens: torch.Tensor | None):
+        image = self.module.encode_image(images) if images is not None else None
+        text = self._texts(tokens) if tokens is not None else None
+        return image, text, self.module.logit_scale
+
+    def _texts(self, tokens: torch.Tensor, groups: int = 4) -> torch.Tensor:
+        """Texts in length-sorted groups, each trimmed to its longest: short references no longer
+        pay for long captions' padding (exact: under the causal mask padding changes nothing)."""
+        lengths = (tokens > 0).sum(dim=1)
+        order = torch.argsort(lengths)
+        chunks = []
+        for rows in torch.tensor_split(order, min(groups, len(order))):
+            if len(rows):
+                chunks.append(self.encode_text(tokens[rows, : int(lengths[rows].max().clamp(min=1))]))
+        out = torch.empty(len(tokens), chunks[0].shape[1], dtype=chunks[0].dtype, device=chunks[0].device)
+        out[order] = torch.cat(chunks)
+        return out
+
+
+LossFn = Callable[[torch.nn.Module, dict], tuple[torch.Tensor, dict[str, float]]]
+
+
+@dataclass
+class Stage:
+    """One pass of epochs with its own optimizer and schedule (L-CLIP distils in two)."""
+
+    name: str
+    epochs: int
+    lr: float
+    warmup_steps: int
+    schedule: Schedule = "cosine"
+
+
+class RecipeRun:
+    """One recipe's training: the accelerator, the resumable state, the log and the lock."""
+
+    def __init__(self, cfg: RecipeConfig, out: str | Path, log_path: str | Path, progress: bool = True):
+        self.cfg, self.out, self.progress = cfg, Path(out), progress
+        self.state_dir = self.out.with_name(self.out.name + ".state")
+        self.log_path = Path(log_path)
+        self.accelerator = Accelerator(
+            cpu=cfg.device == "cpu" or not torch.cuda.is_available(),
+            mixed_precision=precision(cfg.mixed_precision),
+            gradient_accumulation_steps=cfg.accumulation_steps,
+            dataloader_config=DataLoaderConfiguration(split_batches=True, use_seedable_sampler=True),
+            step_scheduler_with_optimizer=False,
+        )
+        if self.accelerator.num_processes > 1 and cfg.batch_size % self.accelerator.num_processes:
+            from plumbing.errors import ConfigError
+
+            raise ConfigError(f"batch_size {cfg.batch_size} must divide into {self.accelerator.num_processes} "
+                              "processes (it is the global batch)")
+        if self.accelerator.is_main_process:
+            hold_lock(self.out.with_name(self.out.name + ".lock"), f"training of {self.out}")
+        set_seed(cfg.seed)
+
+    @property
+    def device(self) -> torch.device:
+        return self.accelerator.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def _stage_dir(self, stage: str) -> Path:
+        return self.state_dir / stage
+
+    def _epochs_done(self, stage: str) -> int:
+        path = self._stage_dir(stage) / "recipe.json"
+        return json.loads(path.read_text())["epochs_done"] if path.exists() else 0
+
+    def fit(self, model: torch.nn.Module, dataset: Dataset, collate: Callable, loss_fn: LossFn, stage: Stage,
+            after_step: Callable[[torch.nn.Module], None] | None = None,
+            evaluate: Callable[[int], dict] | None = None) -> dict:
+        """Train `model` (a PairEncoder) for the stage's epochs, resuming where a run stopped."""
+        cfg, acc = self.cfg, self.accelerator
+        first = self._epochs_done(stage.name)
+        if first >= stage.epochs:  # finished before an interruption: its weights, no training
+            load_model(model, str(self._stage_dir(stage.name) / "model.safetensors"))
+            return {"model": model.to(self.device), "record": {}}
+        loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=len(dataset) > cfg.batch_size,
+                            num_workers=cfg.workers, collate_fn=collate,
+                            generator=torch.Generator().manual_seed(cfg.seed))
+        steps = max(1, len(loader) // cfg.accumulation_steps) * stage.epochs
+        optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=stage.lr)
+        scheduler = LambdaLR(optimizer, lr_factor(stage.warmup_steps, steps, stage.schedule))
+        model, optimizer, loader, scheduler = acc.prepare(model, optimizer, loader, scheduler)
+        if first:
+            acc.load_state(str(self._stage_dir(stage.name)))
+            if self.progress and self.is_main:
+                print(f"resuming {self.out} {stage.name} after epoch {first}")
+        if self.is_main:
+            trim_log(self.log_path, first, stage.name)
+        record: dict = {}
+        for epoch in range(first, stage.epochs):
+            dataset.set_epoch(epoch)
+            loader.set_epoch(epoch)
+            sums = self._epoch(model, loader, optimizer, scheduler, loss_fn, after_step, f"{stage.name} {epoch + 1}/"
+                               f"{stage.epochs}")
+            record = {"stage": stage.name, "epoch": epoch + 1, **sums}
+            if evaluate is not None and self.is_main:
+                record.update(evaluate(epoch))
+            self._end_epoch(stage.name, epoch + 1, record)
+        model = acc.unwrap_model(model)
+        acc.free_memory()
+        return {"model": model, "record": record}
+
+    def _epoch(self, model, loader, optimizer, scheduler, loss_fn: LossFn, after_step, desc: str) -> dict:
+        acc = self.accelerator
+        model.train()
+        sums: dict[str, float] = {}
+        batches = 0
+        bar = tqdm(loader, desc=desc, disable=not (self.progress and acc.is_local_main_process))
+        for batch in bar:
+            raise_errors(batch)
+            with acc.accumulate(model):
+                with acc.autocast():
+                    loss, parts = loss_fn(model, batch)
+                if not torch.isfinite(loss):
+                    from plumbing.errors import RlcapError
+
+                    raise RlcapError(f"{self.out}: the loss is {loss.item()} at {desc}; stopping")
+                acc.backward(loss)
+                if acc.sync_gradients:
+                    acc.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                if acc.sync_gradients:
+                    scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+            if after_step is not None:
+                after_step(acc.unwrap_model(model))
+            batches += 1
+            for key, value in {"train_loss": loss.item(), **parts}.items():
+                sums[key] = sums.get(key, 0.0) + value
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+        return {key: value / max(1, batches) for key, value in sums.items()}
+
+    def _end_epoch(self, stage: str, epochs_done: int, record: dict) -> None:
+        """Log first, then the state, swapped in whole: a crash between the two leaves a log line
+        that the resumed run trims, never a state without its epoch count."""
+        acc = self.accelerator
+        final = self._stage_dir(stage)
+        tmp = final.with_name(final.name + ".partial")
+        if self.is_main:
+            append_line(self.log_path, to_json(record))
+            if self.progress:
+                print(to_json(record), flush=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        acc.wait_for_everyone()
+        acc.save_state(str(tmp))
+        acc.wait_for_everyone()
+        if self.is_main:
+            write_json(tmp / "recipe.json", {"epochs_done": epochs_done})
+            old = final.with_name(final.name + ".old")
+            if final.exists():
+                os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        acc.wait_for_everyone()
+
+    def finish(self) -> None:
+        """The outputs are written: the resume state goes, and the lock."""
+        self.accelerator.wait_for_everyone()
+        if self.is_main:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            release_lock(self.out.with_name(self.out.name + ".lock"))
