@@ -6,10 +6,11 @@ bottom-up-like features. Captions run to 16 tokens. `cache_speedup` is the small
 the decoding loop (the encoder pass, identical in both paths, is timed apart);
 `end_to_end_speedup` includes it. Medians of repeats; the last line printed is one JSON object.
 
-`scst`: one SCST step for B=50 images x K=5 samples split into sampling (with gradients),
-reward (cider_d against real COCO references, training-corpus document frequencies) and
-backward, for the reference-size model and the world's small model; `reward_share` is the
-larger of the two reward shares.
+`scst`: one SCST step (the trainer's own step) for B=50 images x K=5 samples, for the reference-size
+model and the world's small model: step time, reward time and `reward_share` (the larger of the
+two), and the step with the KL term to a frozen reference policy (`kl_overhead`). The rewards are
+cider_d on real COCO references, or any mix with `--rewards cider_d,specs,f_clip_s --scoring
+configs/scoring_world.yaml --references runs/demo/data/refs.json` (the world's reward models).
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ import torch
 
 from captioner.decoding import beam_search, greedy, sample
 from captioner.model import Captioner, ModelConfig
-from captioner.scst import loo_baseline
+from captioner.scst import ScstConfig, scst_step
 from captioner.vocab import Vocab
 from plumbing.cli import command, config_parser, parse_config
-from plumbing.config import option
+from plumbing.config import load_config, option
+from plumbing.errors import ConfigError
 from plumbing.ptb import ptb_tokenize
 from plumbing.timing import COCO_1K, median_seconds
-from rewards import RewardBank, ScoringContext, document_frequency, save_df
+from rewards import RewardBank, ScoringContext, ScoringSettings, document_frequency, load_references, save_df
 
 
 @dataclass
@@ -41,6 +43,12 @@ class DecodeBenchConfig:
     images: int = option(50, help="images per batch", at_least=1)
     model: Literal["reference", "world"] = option("reference", help="decode: the model size")
     repeats: int = option(3, help="repeats per measurement (medians are reported)", at_least=1)
+    rewards: str = option("cider_d", help="scst: the reward mix, equal weights (CLIP-family terms need --scoring)")
+    scoring: str | None = option(None, help="scst: a scoring config naming the reward models and cider_df "
+                                 "(e.g. configs/scoring_world.yaml); without it, cider_d on COCO 1k")
+    references: str | None = option(None, help="scst with --scoring: references by image id (e.g. refs.json)")
+    vocab: str | None = option(None, help="scst with --scoring: the captioner's vocab.json (default: the "
+                               "references' words)")
 
 
 WORLD_MODEL = ModelConfig(d_model=192, n_heads=4, enc_layers=3, dec_layers=3, d_ff=512, visual_stem="linear")
@@ -76,42 +84,82 @@ def bench_decode(model_cfg: ModelConfig, images: int, tokens: int, feat_dim: int
     return result
 
 
-def bench_scst(model_cfg: ModelConfig, images: int, tokens: int, feat_dim: int, repeats: int, k: int = 5) -> dict:
-    import time
+@dataclass
+class RewardSetup:
+    """What one SCST bench samples against: a vocabulary, reference captions by image id and a bank."""
 
+    vocab: Vocab
+    image_ids: list[int]
+    bank: RewardBank
+    name: str
+
+
+def coco_cider_setup(tmp: Path) -> RewardSetup:
+    """cider_d on real COCO references with their own document frequencies."""
     data = json.loads(COCO_1K.read_text())
     refs = {d["image_id"]: d["refs"] for d in data}
     words = sorted({w for rs in refs.values() for r in rs for w in ptb_tokenize(r).split()})
-    vocab = Vocab({str(i + 1): w for i, w in enumerate(words)})
-    with tempfile.TemporaryDirectory() as tmp:
-        df_path = Path(tmp) / "df.json.gz"
-        df, n_docs = document_frequency([[ptb_tokenize(r).split() for r in rs] for rs in refs.values()])
-        save_df(df_path, df, n_docs, "ptb-python")
-        bank = RewardBank.from_config({"cider_d": 1.0}, ScoringContext(references=refs, cider_df=str(df_path)))
+    df_path = tmp / "df.json.gz"
+    df, n_docs = document_frequency([[ptb_tokenize(r).split() for r in rs] for rs in refs.values()])
+    save_df(df_path, df, n_docs, "ptb-python")
+    bank = RewardBank.from_config({"cider_d": 1.0}, ScoringContext(references=refs, cider_df=str(df_path)))
+    return RewardSetup(Vocab({str(i + 1): w for i, w in enumerate(words)}), list(refs), bank, "cider_d (COCO 1k)")
+
+
+def scoring_setup(cfg: DecodeBenchConfig) -> RewardSetup:
+    """The `rewards` mix (equal weights) with the reward models of a scoring config (e.g. the world's),
+    on the images those models have embeddings for."""
+    from features.store import FeatureReader
+
+    settings = load_config(ScoringSettings, cfg.scoring)
+    refs = load_references(cfg.references)
+    names = [n.strip() for n in cfg.rewards.split(",") if n.strip()]
+    context = ScoringContext.from_settings(settings, refs)
+    ids = [i for i in refs]
+    for spec in settings.reward_models.values():
+        have = FeatureReader(spec.embeds).row_of
+        ids = [i for i in ids if i in have]
+    if len(ids) < cfg.images:
+        raise ConfigError(f"only {len(ids)} images have references and every embeds file; the bench needs {cfg.images}")
+    bank = RewardBank.from_config({n: 1.0 / len(names) for n in names}, context)
+    return RewardSetup(Vocab.load(cfg.vocab) if cfg.vocab else _words_of(refs), ids, bank, " + ".join(names))
+
+
+def _words_of(refs: dict[int, list[str]]) -> Vocab:
+    words = sorted({w for rs in refs.values() for r in rs for w in ptb_tokenize(r).split()})
+    return Vocab({str(i + 1): w for i, w in enumerate(words)})
+
+
+def bench_scst(model_cfg: ModelConfig, setup: RewardSetup, images: int, tokens: int, feat_dim: int, repeats: int,
+               k: int = 5) -> dict:
+    """One SCST step (the trainer's scst_step) split into reward scoring and the rest, without and
+    with the KL term to a frozen copy of the policy (the reference pass it adds)."""
+    import time
+
     torch.manual_seed(0)
-    model = Captioner(model_cfg, len(vocab), 16, feat_dim, tokens, feat_dim).train()
-    ids = torch.tensor(list(refs)[:images])
+    model = Captioner(model_cfg, len(setup.vocab), 16, feat_dim, tokens, feat_dim).train()
+    reference = Captioner(model_cfg, len(setup.vocab), 16, feat_dim, tokens, feat_dim).eval().requires_grad_(False)
+    reference.load_state_dict(model.state_dict())
     att = torch.randn(images, tokens, feat_dim)
-    fc, mask = att.mean(1), torch.ones(images, tokens, dtype=torch.bool)
-    times = {"sampling_s": [], "reward_s": [], "backward_s": []}
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = model(att, fc, mask, sample_k=k)
-        t1 = time.perf_counter()
-        scored = bank(vocab.decode_batch(out.tokens), ids.repeat_interleave(k).tolist())
-        t2 = time.perf_counter()
-        advantage = scored.total - loo_baseline(scored.total, k)
-        alive = torch.cat([torch.ones_like(out.tokens[:, :1], dtype=torch.bool), out.tokens[:, :-1] > 0], 1)
-        loss = -(advantage[:, None] * out.logprobs * alive).sum() / alive.sum()
-        model.zero_grad()
-        loss.backward()
-        t3 = time.perf_counter()
-        for key, seconds in zip(times, (t1 - t0, t2 - t1, t3 - t2), strict=True):
-            times[key].append(seconds)
-    row = {key: round(statistics.median(values), 4) for key, values in times.items()}
-    row["step_s"] = round(sum(row.values()), 4)
+    batch = {"att": att, "fc": att.mean(1), "att_mask": torch.ones(images, tokens, dtype=torch.bool),
+             "image_ids": torch.tensor(setup.image_ids[:images])}
+    row = {}
+    for label, kl in (("", 0.0), ("kl_", 0.1)):
+        cfg = ScstConfig(k=k, kl_coef=kl)
+        steps, rewards = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step = scst_step(model, model, batch, setup.bank, setup.vocab, cfg, reference if kl else None)
+            model.zero_grad()
+            step.loss.backward()
+            steps.append(time.perf_counter() - start)
+            rewards.append(sum(step.rewards.seconds.values()))
+        row[f"{label}step_s"] = round(statistics.median(steps), 4)
+        row[f"{label}reward_s"] = round(statistics.median(rewards), 4)
     row["reward_share"] = round(row["reward_s"] / row["step_s"], 4)
-    row["mean_tokens"] = round(float(out.lengths.float().mean()), 2)
+    row["kl_overhead"] = round(row["kl_step_s"] / row["step_s"] - 1, 4)
+    row["images_per_s"] = round(images / row["step_s"], 2)
+    row["mean_tokens"] = round(float(step.lengths.mean()), 2)
     return row
 
 
@@ -125,13 +173,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = config_parser(DecodeBenchConfig, "python -m captioner.bench", __doc__)
     args, _ = parse_config(DecodeBenchConfig, parser, argv)
     if args.which == "scst":
-        rows = {"reference": bench_scst(ModelConfig(), args.images, 49, 2048, args.repeats),
-                "world": bench_scst(WORLD_MODEL, args.images, 64, 192, args.repeats)}
+        with tempfile.TemporaryDirectory() as tmp:
+            setup = scoring_setup(args) if args.scoring else coco_cider_setup(Path(tmp))
+            rows = {"reference": bench_scst(ModelConfig(), setup, args.images, 49, 2048, args.repeats),
+                    "world": bench_scst(WORLD_MODEL, setup, args.images, 64, 192, args.repeats)}
         for name, row in rows.items():
-            print(f"{name:10s} sampling {row['sampling_s']:.3f}s  reward {row['reward_s']:.4f}s  "
-                  f"backward {row['backward_s']:.3f}s  reward share {row['reward_share']:.3f}")
-        print(json.dumps({"bench": "scst", "images": args.images, "k": 5, "reward": "cider_d", **rows,
-                          "reward_share": max(row["reward_share"] for row in rows.values())}))
+            print(f"{name:10s} step {row['step_s']:.3f}s  reward {row['reward_s']:.4f}s  reward share "
+                  f"{row['reward_share']:.3f}  with KL {row['kl_step_s']:.3f}s (+{row['kl_overhead']:.1%})  "
+                  f"{row['images_per_s']:.1f} images/s")
+        print(json.dumps({"bench": "scst", "images": args.images, "k": 5, "rewards": setup.name, **rows,
+                          "reward_share": max(row["reward_share"] for row in rows.values()),
+                          "kl_overhead": max(row["kl_overhead"] for row in rows.values())}))
         return 0
     model_cfg = ModelConfig() if args.model == "reference" else WORLD_MODEL
     feat_dim, tokens, vocab = (2048, 49, 9487) if args.model == "reference" else (192, 64, 80)

@@ -16,6 +16,7 @@ from pathlib import Path
 from captioner.plots import plot_panels
 from captioner.run_log import read_metrics
 from captioner.select import TRAINING_ONLY, Selection, metric_columns, metric_mode, select_epoch
+from captioner.start import score_start
 from captioner.train_config import TrainConfig, scoring_context
 from plumbing.atomic import write_text
 from plumbing.cli import command, config_parser, parse_config
@@ -132,6 +133,61 @@ def run_line(run: Path, records: list[dict], cfg: TrainConfig) -> str:
     return f"Run folder `{run}`; {len(records)} epoch(s), stage {stage}; rewards {rewards}.\n"
 
 
+GROUNDING = ("object_recall", "hallucination_mention", "hallucination_caption")
+VERDICT = (("object_recall", "object recall", True), ("hallucination_mention", "mention hallucination", False),
+           ("cider", "CIDEr", True))
+
+
+def start_section(cfg: TrainConfig, run: Path, chosen: Selection) -> str:
+    """Grounding and CIDEr of the chosen checkpoint beside its starting checkpoint's, a verdict, and
+    a grid of val images with both captions."""
+    start = score_start(cfg, run / "start.json")
+    names = [n for n in ("cider", *GROUNDING) if n in start and n in chosen.record]
+    rows = [["start (" + str(cfg.scst.init_from) + ")", *(start[n] for n in names)],
+            [f"chosen (epoch {chosen.record['epoch']})", *(chosen.record[n] for n in names)],
+            ["change", *(f"{chosen.record[n] - start[n]:+.4f}" for n in names)]]
+    lines = [format_table(["", *names], rows, markdown=True), "", verdict(start, chosen.record)]
+    grid = image_grid(cfg, run, start["captions"], read_samples(run, chosen.record["epoch"]))
+    if grid is not None:
+        lines += ["", f"![start and chosen captions]({grid.name})"]
+    return "\n".join(lines)
+
+
+def verdict(start: dict, end: dict) -> str:
+    """One line: is the chosen checkpoint better than its start on grounding and CIDEr?"""
+    said, better = [], []
+    for key, label, higher in VERDICT:
+        if key not in start or key not in end:
+            continue
+        change = end[key] - start[key]
+        relative = change / start[key] if start[key] else 0.0
+        said.append(f"{label} {start[key]:.3f} -> {end[key]:.3f} ({relative:+.0%})")
+        better.append(change > 0 if higher else change < 0)
+    if not said:
+        return "No grounding metrics in this run (add object_recall, hallucination_mention to eval.metrics)."
+    outcome = "better than its start on all of them" if all(better) else "not better than its start on all of them"
+    return f"Against its start: {'; '.join(said)}: {outcome}."
+
+
+def image_grid(cfg: TrainConfig, run: Path, start: dict, chosen: dict[int, str], count: int = 8) -> Path | None:
+    """A PNG of the first val images with the start's and the chosen checkpoint's captions, when the
+    images can be found (the features' extraction config names the dataset and images root)."""
+    from captioner.plots import contact_sheet
+    from features.extract import ExtractConfig
+    from features.images import resolve_image_path
+    from plumbing.karpathy import load_dataset
+
+    made = Path(cfg.data.feats).with_suffix(".config.yaml")
+    if not made.exists():
+        return None
+    extract = load_config(ExtractConfig, made)
+    entries = {e.image_id: e for e in load_dataset(extract.dataset)}
+    ids = [i for i in sorted(chosen) if str(i) in start and i in entries][:count]
+    paths = [resolve_image_path(extract.images_root, entries[i], extract.allow_outside_root) for i in ids]
+    return contact_sheet(paths, [[start[str(i)], chosen[i]] for i in ids], run / "report_captions.png",
+                         labels=["start", "chosen"]) if ids else None
+
+
 def build_report(run: Path, by: str | None, samples: int) -> Path:
     cfg = load_run_config(run)
     records = read_metrics(run)
@@ -148,6 +204,8 @@ def build_report(run: Path, by: str | None, samples: int) -> Path:
     if test:
         parts += ["## Test split\n", test + "\n"]
     parts += ["## Curves\n", *(f"![{p.stem}]({p.name})\n" for p in figures)]
+    if cfg.scst.init_from:
+        parts += ["## Against the start\n", start_section(cfg, run, chosen) + "\n"]
     parts += ["## Sample captions and their rewards\n",
               sample_section(cfg, run, chosen.record["epoch"], samples) + "\n"]
     parts += ["## Resolved config\n", "```yaml\n" + (run / "config.yaml").read_text().rstrip() + "\n```\n"]

@@ -18,7 +18,6 @@ and prints the best run and epoch by `select_by` (as `python -m captioner.select
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from captioner.checkpoint import read_checkpoint
-from captioner.inference import decode_for_config, load_captioner, score_captions
+from captioner.start import score_start
 from captioner.sweep_summary import SweepPoint, write_summary
 from captioner.train_config import TrainConfig
 from plumbing.atomic import write_json
@@ -144,24 +143,10 @@ def run_point(cfg: SweepConfig, alpha: float, index: int, progress: bool) -> Swe
     return SweepPoint(alpha, run, "trained", time.perf_counter() - start)
 
 
-def score_start(cfg: SweepConfig) -> dict:
+def sweep_start(cfg: SweepConfig) -> dict:
     """Val metrics of the shared starting checkpoint, decoded and scored exactly as every run's
-    epochs are: the row each α is compared with. Cached in start.json (per checkpoint)."""
-    path = sweep_dir(cfg) / "start.json"
-    train = run_config(cfg, cfg.alphas[0])
-    if path.exists():
-        cached = json.loads(path.read_text())
-        if cached.get("checkpoint") == train.scst.init_from:
-            return cached
-    print(f"[sweep] scoring the starting checkpoint {train.scst.init_from} on {train.data.val_split}", flush=True)
-    model, _, vocab = load_captioner(train.scst.init_from)
-    decoded = decode_for_config(model, vocab, train, train.data.val_split, train.eval, train.data.max_val_images,
-                                 where=f"scst.init_from {train.scst.init_from}")
-    captions = {image_id: texts[0] for image_id, texts in decoded.items()}
-    scores = score_captions(captions, train, train.eval.metrics).corpus
-    start = {"checkpoint": train.scst.init_from, **scores}
-    write_json(path, start, indent=1)
-    return start
+    epochs are: the row each α is compared with (start.json)."""
+    return score_start(run_config(cfg, cfg.alphas[0]), sweep_dir(cfg) / "start.json")
 
 
 def write_manifest(cfg: SweepConfig, points: list[SweepPoint]) -> None:
@@ -183,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     cfg, args = parse_config(SweepConfig, build_parser(), argv)
     check_sweep(cfg)
-    start = score_start(cfg)
+    start = sweep_start(cfg)
     points = []
     for index, alpha in enumerate(cfg.alphas):
         if args.summary_only:

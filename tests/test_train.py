@@ -91,6 +91,9 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tiny_data, tmp_pat
     for key in a:
         assert torch.equal(a[key], b[key]), key
     assert [r["epoch"] for r in metrics(tmp_path / "killed")] == [0, 1]
+    # the interrupted epoch's train_loss covers its batches before the kill too
+    straight_loss = [r["train_loss"] for r in metrics(tmp_path / "straight")]
+    assert [r["train_loss"] for r in metrics(tmp_path / "killed")] == pytest.approx(straight_loss, rel=1e-9)
 
 
 def test_two_processes_match_one_with_the_same_global_batch(tiny_data, tmp_path):

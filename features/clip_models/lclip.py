@@ -6,11 +6,14 @@ and MLP `fc1`/`fc2`) is run `repeats` times in a row, each run with its own Laye
 RepeatedMiniBlock. The text tower factorises the token embedding into vocab×rank then
 rank×width (rank 256 in the paper). DistillCLIP saves a Lightning checkpoint whose
 `state_dict` holds the student under `student.` (and the teacher under `teacher.`).
-The architecture is read from the tensor shapes; only the head counts are configuration.
+The architecture is read from the tensor shapes; only the head counts are configuration. The image
+tower starts with a patch projection (`conv1`, as DistillCLIP) or, for small images whose shapes a
+patch projection cannot see, a few stride-2 convolutions (`stem`).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,7 @@ class LClipConfig:
     text_layers: int = 4
     text_heads: int = 8
     repeats: int = 2
+    stem_channels: tuple[int, ...] = ()  # () = a patch stem; else 3x3 stride-2 convs with these widths first
 
 
 class MultiplexAttention(nn.Module):
@@ -83,11 +87,26 @@ def _blocks(width: int, layers: int, heads: int, repeats: int) -> nn.ModuleList:
     return nn.ModuleList(MultiplexedBlock(width, heads, repeats) for _ in range(layers // repeats))
 
 
+def conv_stem(channels: tuple[int, ...], width: int) -> nn.Sequential:
+    """3x3 stride-2 convolutions (GELU between): each halves the side, the last gives `width` channels.
+    Shapes a patch projection cannot see at small image sizes are seen by a few convolutions."""
+    layers: list[nn.Module] = []
+    for c_in, c_out in itertools.pairwise((3, *channels, width)):
+        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.GELU()]
+    return nn.Sequential(*layers[:-1])
+
+
 class LClipVision(nn.Module):
     def __init__(self, cfg: LClipConfig):
         super().__init__()
         width, grid = cfg.vision_width, cfg.image_size // cfg.patch_size
-        self.conv1 = nn.Conv2d(3, width, cfg.patch_size, cfg.patch_size, bias=False)
+        if cfg.stem_channels:
+            if 2 ** (len(cfg.stem_channels) + 1) != cfg.patch_size:
+                raise DataError(f"a stem of {len(cfg.stem_channels) + 1} stride-2 convs has stride "
+                                f"{2 ** (len(cfg.stem_channels) + 1)}, not the patch size {cfg.patch_size}")
+            self.stem = conv_stem(cfg.stem_channels, width)
+        else:
+            self.conv1 = nn.Conv2d(3, width, cfg.patch_size, cfg.patch_size, bias=False)
         self.class_embedding = nn.Parameter(torch.zeros(width))
         self.positional_embedding = nn.Parameter(torch.randn(grid * grid + 1, width) * width ** -0.5)
         self.ln_pre = nn.LayerNorm(width)
@@ -96,7 +115,7 @@ class LClipVision(nn.Module):
         self.proj = nn.Parameter(torch.randn(width, cfg.embed_dim) * width ** -0.5)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.conv1(images).flatten(2).transpose(1, 2)
+        x = (self.stem(images) if hasattr(self, "stem") else self.conv1(images)).flatten(2).transpose(1, 2)
         cls = self.class_embedding.expand(x.shape[0], 1, -1).to(x.dtype)
         x = self.ln_pre(torch.cat([cls, x], dim=1) + self.positional_embedding.to(x.dtype))
         for block in self.blocks:
@@ -147,23 +166,33 @@ def student_state(state: dict[str, torch.Tensor], source: str | Path) -> dict[st
 
 def infer_config(state: dict[str, torch.Tensor], source: str | Path, vision_heads: int = 0, text_heads: int = 0,
                  repeats: int = 2) -> LClipConfig:
+    stem = stem_shapes(state)
     try:
-        conv = state["image_encoder.conv1.weight"]
+        conv = state["image_encoder.conv1.weight"] if not stem else None
         vision_pos = state["image_encoder.positional_embedding"]
         tokens, token_proj = state["text_encoder.token_embedding.weight"], state["text_encoder.token_projection.weight"]
         text_pos, projection = state["text_encoder.positional_embedding"], state["text_encoder.text_projection"]
     except KeyError as exc:
         raise DataError(f"{source}: not an L-CLIP student checkpoint: missing keys {exc}") from None
     grid = round((vision_pos.shape[0] - 1) ** 0.5)
-    vision_width, text_width = conv.shape[0], token_proj.shape[0]
+    vision_width, text_width = vision_pos.shape[1], token_proj.shape[0]
+    patch = 2 ** len(stem) if stem else conv.shape[-1]
     return LClipConfig(
-        embed_dim=projection.shape[1], image_size=grid * conv.shape[-1], patch_size=conv.shape[-1],
+        embed_dim=projection.shape[1], image_size=grid * patch, patch_size=patch,
+        stem_channels=tuple(stem[:-1]),
         vision_width=vision_width, vision_layers=_count_blocks(state, "image_encoder") * repeats,
         vision_heads=vision_heads or max(1, vision_width // 64), context_length=text_pos.shape[0],
         vocab_size=tokens.shape[0], embed_rank=tokens.shape[1], text_width=text_width,
         text_layers=_count_blocks(state, "text_encoder") * repeats,
         text_heads=text_heads or max(1, text_width // 64), repeats=repeats,
     )
+
+
+def stem_shapes(state: dict[str, torch.Tensor]) -> list[int]:
+    """Output channels of the conv stem's convolutions (empty for a patch stem)."""
+    convs = sorted(int(k.split(".")[2]) for k in state
+                   if k.startswith("image_encoder.stem.") and k.endswith(".weight"))
+    return [state[f"image_encoder.stem.{i}.weight"].shape[0] for i in convs]
 
 
 def _count_blocks(state: dict[str, torch.Tensor], tower: str) -> int:

@@ -38,9 +38,13 @@ def stretch_positions(table: torch.Tensor, keep: int = KEEP_POSITIONS) -> torch.
 
 
 def stretch_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A 77-position CLIP state dict -> a LongCLIP one (both tables start equal, as LongCLIP does)."""
-    stretched = stretch_positions(state["positional_embedding"])
-    return {**state, "positional_embedding": stretched, RESIDUAL_KEY: stretched.clone()}
+    """A CLIP state dict -> a LongCLIP one with 248 positions (both tables start equal, as LongCLIP
+    does): a shorter table is stretched by the LongCLIP rule (77 -> 248), a longer one cut to 248."""
+    table = state["positional_embedding"]
+    if len(table) < LONG_CONTEXT:
+        table = stretch_positions(table)
+    table = table[:LONG_CONTEXT].clone()
+    return {**state, "positional_embedding": table, RESIDUAL_KEY: table.clone()}
 
 
 def effective_positions(state: dict[str, torch.Tensor], source: str | Path) -> torch.Tensor:

@@ -78,10 +78,14 @@ class TextsDataset(Dataset):
 
     def __init__(self, split: Split, transform: Callable, texts: TextsFor, seed: int):
         self.split, self.transform, self.texts, self.seed = split, transform, texts, seed
-        self.epoch = 0
+        self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()  # seen by persistent workers too
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self._epoch[0] = epoch
 
     def __len__(self) -> int:
         return len(self.split)

@@ -51,6 +51,9 @@ class DistillConfig(RecipeConfig):
     text_layers: int = option(2, help="student text-tower layers after multiplexing", at_least=1)
     repeats: int = option(2, help="runs of each shared block", at_least=1)
     embed_rank: int = option(32, help="factorised token embedding: vocab x rank, then rank x width", at_least=1)
+    vision_width: int = option(0, help="student image-tower width; 0 = the teacher's (a ViT teacher)", at_least=0)
+    stem_channels: list[int] = option(factory=list, help="student image tower: widths of a conv stem's first "
+                                      "stride-2 convs ([] = a patch stem; needed for a non-ViT teacher)")
     embed_dim: int = option(0, help="student embedding size; 0 = the teacher's (L_D compares them directly)",
                             at_least=0)
     stage1_epochs: int = option(4, help="epochs of stage 1 (L_D per tower)", at_least=0)
@@ -75,13 +78,24 @@ def similarity_regulator(teacher_sim: torch.Tensor, student_sim: torch.Tensor) -
 
 
 def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
+    """The student's shape: the teacher's sizes where it is a ViT; for another image tower (a ResNet)
+    the student's image tower is a conv stem and multiplexed blocks of `vision_width`."""
     visual = teacher.visual
-    width, patch = visual.conv1.weight.shape[0], visual.conv1.weight.shape[-1]
     size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else int(visual.image_size)
     text_width = teacher.ln_final.weight.shape[0]
     embed_dim = teacher.text_projection.shape[1]
-    if visual.proj is None or visual.proj.shape[1] != embed_dim:
-        raise ConfigError(f"teacher image and text embeddings differ in size ({visual.proj.shape[1]} vs {embed_dim}); "
+    if _is_vit(visual):
+        width, patch = visual.conv1.weight.shape[0], visual.conv1.weight.shape[-1]
+        image_dim = visual.proj.shape[1] if visual.proj is not None else width
+    else:
+        width, patch, image_dim = cfg.vision_width or text_width, 2 ** (len(cfg.stem_channels) + 1), embed_dim
+        if not cfg.stem_channels:
+            raise ConfigError("the teacher's image tower is not a ViT: give the student a conv stem (stem_channels)")
+    if cfg.stem_channels and 2 ** (len(cfg.stem_channels) + 1) != patch:
+        raise ConfigError(f"stem_channels {cfg.stem_channels}: {len(cfg.stem_channels) + 1} stride-2 convs must "
+                          f"match the teacher's patch size {patch}")
+    if image_dim != embed_dim:
+        raise ConfigError(f"teacher image and text embeddings differ in size ({image_dim} vs {embed_dim}); "
                           "the student distils both into one space and needs them equal")
     if cfg.embed_dim and cfg.embed_dim != embed_dim:
         raise ConfigError(f"student embed_dim {cfg.embed_dim} differs from the teacher's {embed_dim}: L_D compares "
@@ -90,18 +104,25 @@ def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
                        vision_layers=cfg.vision_layers, vision_heads=max(1, width // 64),
                        context_length=int(teacher.context_length), vocab_size=teacher.token_embedding.weight.shape[0],
                        embed_rank=cfg.embed_rank, text_width=text_width, text_layers=cfg.text_layers,
-                       text_heads=max(1, text_width // 64), repeats=cfg.repeats)
+                       text_heads=max(1, text_width // 64), repeats=cfg.repeats, stem_channels=tuple(cfg.stem_channels))
+
+
+def _is_vit(visual) -> bool:
+    return hasattr(visual, "conv1") and hasattr(visual, "transformer") and hasattr(visual, "class_embedding")
 
 
 @torch.no_grad()
 def init_from_teacher(student: LClip, teacher) -> None:
-    """Copy what fits: stem, positions, norms, projections, spread-out blocks, SVD of the embedding."""
+    """Copy what fits: the text tower (positions, norms, projection, spread-out blocks, an SVD of the
+    token embedding) and, from a ViT teacher with the same stem, the image tower too."""
     s_img, s_txt, t_vis = student.image_encoder, student.text_encoder, teacher.visual
-    for name in ("conv1", "ln_pre", "ln_post"):
-        getattr(s_img, name).load_state_dict(getattr(t_vis, name).state_dict())
-    s_img.class_embedding.copy_(t_vis.class_embedding)
-    s_img.positional_embedding.copy_(t_vis.positional_embedding)
-    s_img.proj.copy_(t_vis.proj)
+    if _is_vit(t_vis) and not student.config.stem_channels:
+        for name in ("conv1", "ln_pre", "ln_post"):
+            getattr(s_img, name).load_state_dict(getattr(t_vis, name).state_dict())
+        s_img.class_embedding.copy_(t_vis.class_embedding)
+        s_img.positional_embedding.copy_(t_vis.positional_embedding)
+        s_img.proj.copy_(t_vis.proj)
+        _copy_blocks(s_img.blocks, t_vis.transformer.resblocks)
     s_txt.positional_embedding.copy_(teacher.positional_embedding)
     s_txt.ln_final.load_state_dict(teacher.ln_final.state_dict())
     s_txt.text_projection.copy_(teacher.text_projection)
@@ -109,7 +130,6 @@ def init_from_teacher(student: LClip, teacher) -> None:
     rank = s_txt.token_embedding.weight.shape[1]
     s_txt.token_embedding.weight.copy_(u[:, :rank] * s[:rank])
     s_txt.token_projection.weight.copy_(v[:rank].t())
-    _copy_blocks(s_img.blocks, t_vis.transformer.resblocks)
     _copy_blocks(s_txt.blocks, teacher.transformer.resblocks)
     student.logit_scale.copy_(teacher.logit_scale)
 

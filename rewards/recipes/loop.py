@@ -155,7 +155,7 @@ class RecipeRun:
             load_model(model, str(self._stage_dir(stage.name) / "model.safetensors"))
             return {"model": model.to(self.device), "record": {}}
         loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=len(dataset) > cfg.batch_size,
-                            num_workers=cfg.workers, collate_fn=collate,
+                            num_workers=cfg.workers, collate_fn=collate, persistent_workers=cfg.workers > 0,
                             generator=torch.Generator().manual_seed(cfg.seed))
         steps = max(1, len(loader) // cfg.accumulation_steps) * stage.epochs
         optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=stage.lr)

@@ -15,8 +15,8 @@ class EvalBatch:
     def __init__(self, candidates: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]):
         if len(candidates) != len(references):
             raise ValueError(f"{len(candidates)} candidates but {len(references)} reference lists")
-        self.candidates = [list(c) for c in candidates]
-        self.references = [[list(r) for r in refs] for refs in references]
+        self.candidates = candidates  # token lists, read only
+        self.references = references
 
     def __len__(self) -> int:
         return len(self.candidates)

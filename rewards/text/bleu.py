@@ -12,16 +12,20 @@ TINY = 1e-15
 SMALL = 1e-9
 
 
+_COUNT_BITS = 8  # counts of one n-gram in one reference fit in 8 bits (min'ed with 255: clipping is exact below)
+
+
 def _clipped_matches(batch: EvalBatch) -> np.ndarray:
     """correct[i, k]: candidate k+1-grams also in a reference, clipped by the max reference count."""
     ref, hyp = batch.ref_grams, batch.hyp_grams
-    keys = group_keys(batch.ref_row[ref.sentence], ref.gram)
-    order = np.argsort(keys)
-    keys, counts = keys[order], ref.count[order]
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, np.int64)
-    uniq = keys[starts]
-    max_count = np.maximum.reduceat(counts, starts) if len(starts) else counts
-    hkeys = group_keys(hyp.sentence, hyp.gram)
+    # One sort of (image row, gram, count) packed in an int64 gives, per (row, gram), its max count last.
+    counts = np.minimum(ref.count, (1 << _COUNT_BITS) - 1).astype(np.int64)
+    width = np.int64(max(ref.gram.max(initial=0), hyp.gram.max(initial=0)) + 1)  # compact: keys stay small
+    packed = np.sort((group_keys(batch.ref_row[ref.sentence], ref.gram, width) << _COUNT_BITS) | counts)
+    keys = packed >> _COUNT_BITS
+    last = np.flatnonzero(np.r_[keys[1:] != keys[:-1], True]) if len(keys) else np.zeros(0, np.int64)
+    uniq, max_count = keys[last], (packed[last] & ((1 << _COUNT_BITS) - 1)).astype(np.float64)
+    hkeys = group_keys(hyp.sentence, hyp.gram, width)
     pos = np.minimum(np.searchsorted(uniq, hkeys), max(len(uniq) - 1, 0))
     found = uniq[pos] == hkeys if len(uniq) else np.zeros(len(hkeys), bool)
     clipped = np.where(found, np.minimum(hyp.count, max_count[pos] if len(uniq) else 0), 0.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -80,26 +81,22 @@ class NgramIndex:
 
     def count(self, sentences: Sequence[Sequence[str]]) -> SentenceGrams:
         """Count the 1..max_n-grams of each token list."""
-        lengths = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=len(sentences))
-        flat = self._word_ids([w for s in sentences for w in s])
+        lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+        flat = self._word_ids(list(chain.from_iterable(sentences)))
         owner = np.repeat(np.arange(len(sentences), dtype=np.int64), lengths)
-        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-        position = np.arange(len(flat), dtype=np.int64) - starts
-        remaining = np.repeat(lengths, lengths) - position  # tokens from here to the sentence end
-        sent_parts, gram_parts = [], []
-        level_ids = flat  # word ids are already stable unigram ids
-        for level in range(self.max_n):
-            starts_here = np.nonzero(remaining > level)[0]  # grams that stay inside their sentence
-            if level > 0 and len(starts_here):
-                # the gram of order level+1 at i is (the gram of order level at i, the word at i+level)
-                keys = level_ids[starts_here] * _PAIR + flat[starts_here + level]
-                level_ids = np.full(len(flat), -1, dtype=np.int64)
-                level_ids[starts_here] = self._intern(level, keys)
-            sent_parts.append(owner[starts_here])
-            gram_parts.append(level_ids[starts_here] * MAX_N + level)
-        sent = np.concatenate(sent_parts)
-        gram = np.concatenate(gram_parts)
-        keys = np.sort(sent * _SENT + gram)
+        # tokens from each position to its sentence's end: an n-gram starting there stays inside if > n - 1
+        remaining = np.repeat(np.cumsum(lengths), lengths) - np.arange(len(flat), dtype=np.int64)
+        pos, ids = np.arange(len(flat), dtype=np.int64), flat  # word ids are already stable unigram ids
+        keys = [owner * _SENT + ids * MAX_N]
+        for level in range(1, self.max_n):
+            # the gram of order level+1 at i is (the gram of order level at i, the word at i+level)
+            inside = remaining[pos] > level
+            pos, ids = pos[inside], ids[inside]
+            if not len(pos):
+                break
+            ids = self._intern(level, ids * _PAIR + flat[pos + level])
+            keys.append(owner[pos] * _SENT + ids * MAX_N + level)
+        keys = np.sort(np.concatenate(keys))
         first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, np.int64)
         counts = np.diff(np.r_[first, len(keys)]).astype(np.float64)
         keys = keys[first]
