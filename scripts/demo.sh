@@ -25,12 +25,12 @@ python -m features.extract --config configs/features_patches.yaml --dataset "$OU
   --images-root "$OUT/world" --out "$OUT/feats/patches.h5"
 ran+=("features")
 
-stage "world CLIP (contrastive, 10 epochs) -> $OUT/reward_models/world_clip.safetensors"
+stage "world CLIP (ResNet tower, contrastive with world hard negatives, 12 epochs) -> $OUT/reward_models/world_clip.safetensors"
 python -m rewards.train_clip --config configs/reward_models/world_clip.yaml
 ran+=("world-clip")
 
 stage "reward-model image embeddings -> $OUT/embeds/clip.h5"
-python -m features.extract --backbone open_clip:world-clip-tiny \
+python -m features.extract --backbone open_clip:world-clip-rn \
   --pretrained "$OUT/reward_models/world_clip.safetensors" --dataset "$OUT/world/dataset.json" \
   --images-root "$OUT/world" --embeds-out "$OUT/embeds/clip.h5"
 ran+=("embeds")
@@ -41,9 +41,9 @@ python -m features.extract --backbone longclip --pretrained "$OUT/reward_models/
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/specs.h5"
 ran+=("specs")
 
-stage "L-CLIP (distilled from the world CLIP; demo length: 6 + 1 epochs) -> $OUT/reward_models/world_lclip.ckpt"
+stage "L-CLIP (distilled from the world CLIP; demo length: 4 + 1 epochs) -> $OUT/reward_models/world_lclip.ckpt"
 python -m rewards.distill_lclip --config configs/reward_models/world_lclip.yaml \
-  --set stage1_epochs=6 --set stage2_epochs=1
+  --set stage1_epochs=4 --set stage2_epochs=1
 python -m features.extract --backbone lclip --pretrained "$OUT/reward_models/world_lclip.ckpt" \
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/lclip.h5"
 ran+=("lclip")

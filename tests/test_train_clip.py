@@ -41,6 +41,18 @@ def test_world_clip_trains_reports_recall_and_loads_by_path(world_clip):
     assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in saved.items())
 
 
+def test_a_finished_model_is_reused_only_with_the_same_settings(tiny_world, world_clip, capsys):
+    base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world), "--out",
+            str(world_clip), "--epochs", "2", "--set", "batch_size=16"]
+    before = world_clip.read_bytes()
+    assert train_clip.main([*base, "--workers", "1"]) == 0  # workers do not change the weights
+    assert "already trained" in capsys.readouterr().out
+    assert train_clip.main([*base, "--lr", "0.01"]) == 2
+    err = capsys.readouterr().err
+    assert "trained with other settings" in err and "lr: 0.001 -> 0.01" in err and str(world_clip) in err
+    assert world_clip.read_bytes() == before
+
+
 def test_train_clip_bad_input(tiny_world, tmp_path):
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.pt")]) == 2

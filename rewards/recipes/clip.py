@@ -12,7 +12,6 @@ resumes from its last finished epoch.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import asdict, dataclass
@@ -34,7 +33,7 @@ from rewards.recipes.contrastive import embed_texts, gather_with_grad, negclip_l
 from rewards.recipes.data import CaptionKind, Split, TextBatcher, TextsDataset, embed_split_images, load_split, pick
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
-from rewards.recipes.training import save_weights
+from rewards.recipes.training import finished_summary, save_weights
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -54,11 +53,9 @@ class TrainClipConfig(RecipeConfig):
 
 def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     _validate(cfg)
+    if (done := finished_summary(cfg, cfg.out, progress)) is not None:
+        return done
     summary_path = Path(cfg.out).with_suffix(".json")
-    if summary_path.exists() and Path(cfg.out).exists():
-        if progress:
-            print(f"{cfg.out} is already trained ({summary_path}); nothing to do")
-        return json.loads(summary_path.read_text())
     run = RecipeRun(cfg, cfg.out, Path(cfg.out).with_suffix(".metrics.jsonl"), progress)
     loaded = load_open_clip(cfg.arch, cfg.init)
     model = loaded.model

@@ -13,7 +13,6 @@ a truncated SVD of the token embedding). It is saved as a DistillCLIP-style chec
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from rewards.recipes.contrastive import embed_texts, gather_with_grad, recall_at
 from rewards.recipes.data import Split, TextBatcher, TextsDataset, embed_split_images, load_split, pick
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
+from rewards.recipes.training import finished_summary
 
 
 @dataclass
@@ -153,11 +153,9 @@ def _copy_blocks(student_blocks, teacher_blocks) -> None:
 
 def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     _validate(cfg)
+    if (done := finished_summary(cfg, cfg.out, progress)) is not None:
+        return done
     summary_path = Path(cfg.out).with_suffix(".json")
-    if summary_path.exists() and Path(cfg.out).exists():
-        if progress:
-            print(f"{cfg.out} is already distilled ({summary_path}); nothing to do")
-        return json.loads(summary_path.read_text())
     run = RecipeRun(cfg, cfg.out, Path(cfg.out).with_suffix(".log.jsonl"), progress)
     loaded = load_open_clip(cfg.teacher_arch, cfg.teacher)
     teacher = loaded.model.to(run.device).eval().requires_grad_(False)

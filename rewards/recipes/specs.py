@@ -46,7 +46,7 @@ from rewards.recipes.data import Split, TextBatcher, TextsDataset, load_split
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.specificity import detail_units_of, join_units, negative_unit, scene_negative_filter
-from rewards.recipes.training import save_pt
+from rewards.recipes.training import finished_summary, save_pt
 
 TRIPLET = 4  # texts 0-3 of an image: caption, c_j, c_j + d+, c_j + d-; hard negatives follow
 
@@ -107,10 +107,8 @@ def starting_model(cfg: TrainSpecsConfig):
 
 def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
     _validate(cfg)
-    if Path(cfg.out).exists():  # written last, atomically: it exists only when training finished
-        if progress:
-            print(f"{cfg.out} is already trained; nothing to do")
-        return {"out": cfg.out, "start_out": cfg.start_out, "skipped": True}
+    if (done := finished_summary(cfg, cfg.out, progress)) is not None:
+        return done
     run = RecipeRun(cfg, cfg.out, Path(cfg.out).with_suffix(".log.jsonl"), progress)
     model = starting_model(cfg)
     if cfg.start_out and run.is_main:

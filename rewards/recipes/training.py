@@ -1,14 +1,42 @@
 """Pieces the reward-model recipes share besides their loop (rewards.recipes.loop): CLIP's
-no-decay parameter groups, trimming a resumed run's log, and atomic weight files."""
+no-decay parameter groups, trimming a resumed run's log, atomic weight files, and the check that
+a finished output was trained with the settings asked for."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from plumbing.atomic import atomic_path, write_text
+from plumbing.errors import ConfigError
+
+# Settings that do not change the weights: a finished output stays valid when only these differ.
+RUNTIME_KEYS = frozenset({"workers", "device", "max_val_images", "allow_outside_root"})
+
+
+def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None:
+    """The summary of a finished run of this recipe at `out` (None when there is none yet).
+
+    A run is finished when its output and its summary (`<out>.json`, written last, with the
+    resolved config) both exist. If that config differs from `cfg` in a setting that shapes the
+    weights, skipping would hand back a model the user did not ask for: that is an error."""
+    out = Path(out)
+    summary_path = out.with_suffix(".json")
+    if not (out.exists() and summary_path.exists()):
+        return None
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    saved, wanted = summary.get("config", {}), json.loads(json.dumps(asdict(cfg)))
+    changed = [f"{key}: {saved[key]!r} -> {value!r}" for key, value in wanted.items()
+               if key not in RUNTIME_KEYS and key in saved and saved[key] != value]
+    if changed:
+        raise ConfigError(f"{out} was trained with other settings ({'; '.join(changed)}); delete {out} and "
+                          f"{summary_path.name} to retrain it, or choose another `out`")
+    if progress:
+        print(f"{out} is already trained ({summary_path}); nothing to do")
+    return {**summary, "skipped": True}
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
