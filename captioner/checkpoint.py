@@ -114,7 +114,17 @@ def read_checkpoint(path: Path) -> tuple[TrainerState, dict, Vocab]:
         cfg = yaml.safe_load((path / "config.yaml").read_text())
     except (FileNotFoundError, json.JSONDecodeError, TypeError, yaml.YAMLError) as exc:
         raise DataError(f"{path}: not an rlcap checkpoint: {exc}") from None
-    return state, cfg, Vocab.load(path / "vocab.json")
+    return state, upgrade_saved_config(cfg), Vocab.load(path / "vocab.json")
+
+
+def upgrade_saved_config(cfg: dict) -> dict:
+    """A checkpoint's config in today's keys, so checkpoints from earlier releases still load:
+    `eval.decode: greedy|beam` became `eval.beam_size` alone (1 is greedy)."""
+    evaluation = cfg.get("eval") if isinstance(cfg, dict) else None
+    if isinstance(evaluation, dict) and "decode" in evaluation:
+        if evaluation.pop("decode") == "greedy":
+            evaluation["beam_size"] = 1
+    return cfg
 
 
 def load_weights(model, path: Path, what: str) -> None:

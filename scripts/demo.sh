@@ -10,51 +10,53 @@ OUT=runs/demo
 start=$(date +%s)
 ran=()
 
-stage() { echo; echo "[demo] stage: $1"; }
+stage_start=$start
+stage() { echo; echo "[demo] stage: $1"; stage_start=$(date +%s); }
+finish() { ran+=("$1 $(( $(date +%s) - stage_start ))s"); }
 
 stage "world -> $OUT/world"
 python -m features.world --config configs/world.yaml --out "$OUT/world"
-ran+=("world")
+finish "world"
 
 stage "prepro -> $OUT/data"
 python -m captioner.prepro --config configs/prepro_world.yaml --dataset "$OUT/world/dataset.json" --out "$OUT/data"
-ran+=("prepro")
+finish "prepro"
 
 stage "features (patches) -> $OUT/feats/patches.h5"
 python -m features.extract --config configs/features_patches.yaml --dataset "$OUT/world/dataset.json" \
   --images-root "$OUT/world" --out "$OUT/feats/patches.h5"
-ran+=("features")
+finish "features"
 
 stage "world CLIP (ResNet tower, contrastive with world hard negatives, 12 epochs) -> $OUT/reward_models/world_clip.safetensors"
 python -m rewards.train_clip --config configs/reward_models/world_clip.yaml
-ran+=("world-clip")
+finish "world-clip"
 
 stage "reward-model image embeddings -> $OUT/embeds/clip.h5"
 python -m features.extract --backbone open_clip:world-clip-rn \
   --pretrained "$OUT/reward_models/world_clip.safetensors" --dataset "$OUT/world/dataset.json" \
   --images-root "$OUT/world" --embeds-out "$OUT/embeds/clip.h5"
-ran+=("embeds")
+finish "embeds"
 
 stage "SPECS (world CLIP stretched to 248 positions + specificity fine-tuning) -> $OUT/reward_models/world_specs.pt"
 python -m rewards.train_specs --config configs/reward_models/world_specs.yaml
 python -m features.extract --backbone longclip --pretrained "$OUT/reward_models/world_specs.pt" \
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/specs.h5"
-ran+=("specs")
+finish "specs"
 
 stage "L-CLIP (distilled from the world CLIP; demo length: 4 + 1 epochs) -> $OUT/reward_models/world_lclip.ckpt"
 python -m rewards.distill_lclip --config configs/reward_models/world_lclip.yaml \
   --set stage1_epochs=4 --set stage2_epochs=1
 python -m features.extract --backbone lclip --pretrained "$OUT/reward_models/world_lclip.ckpt" \
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/lclip.h5"
-ran+=("lclip")
+finish "lclip"
 
 stage "XE training (6 epochs, one encoder layer) -> $OUT/runs/demo_xe"
 python -m captioner.train --config configs/demo_xe.yaml --resume auto
-ran+=("xe")
+finish "xe"
 
-stage "SCST with 0.5 cider_d + 0.5 l_clip_s (1 epoch; every metric each epoch) -> $OUT/runs/demo_scst"
+stage "SCST with 0.5 cider_d + 0.5 clip_s, batch-normalised, XE anchor (2 epochs; every metric each epoch) -> $OUT/runs/demo_scst"
 python -m captioner.train --config configs/demo_scst.yaml --resume auto
-ran+=("scst")
+finish "scst"
 
 stage "test split with the SCST checkpoint -> $OUT/runs/demo_scst/test_results.json"
 best="$OUT/runs/demo_scst/checkpoints/best"
@@ -65,13 +67,14 @@ else
   python -m captioner.evaluate --checkpoint "$best" --split test --out "$OUT/runs/demo_scst/test_results.json"
 fi
 python -m captioner.select --run "$OUT/runs/demo_scst" --by specs
-ran+=("evaluate" "select")
+finish "evaluate+select"
 
 stage "report (checkpoint chosen by SPECS) -> $OUT/runs/demo_scst/report.md"
 python -m captioner.report --run "$OUT/runs/demo_scst" --by specs
-ran+=("report")
+finish "report"
 
 echo
-echo "[demo] stages: ${ran[*]} (stages already done were skipped) in $(( $(date +%s) - start ))s; outputs under $OUT"
+echo "[demo] done in $(( $(date +%s) - start ))s (stages already done are skipped); outputs under $OUT"
+printf '[demo] seconds per stage: %s\n' "$(IFS=,; echo "${ran[*]}")"
 echo "[demo] report: $OUT/runs/demo_scst/report.md (curves beside it: report_metrics.png, report_rewards.png)"
 echo "[demo] next: the α sweep (README, 'α sweeps'): python -m captioner.sweep --config configs/ablate_alpha.yaml"

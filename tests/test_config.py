@@ -65,7 +65,8 @@ def test_the_project_scst_configs_hold_the_mix_they_name():
     configs = Path(__file__).resolve().parents[1] / "configs"
     assert load_config(TrainConfig, configs / "scst_world_clip.yaml").scst.rewards == {"clip_s": 1.0}
     demo = load_config(TrainConfig, configs / "demo_scst.yaml")
-    assert demo.scst.rewards == {"cider_d": 0.5, "l_clip_s": 0.5}
+    assert demo.scst.rewards == {"cider_d": 0.5, "clip_s": 0.5}
+    assert demo.scst.normalize == "batch_z" and demo.scst.xe_weight > 0 and demo.train.epochs == 2
     assert sorted(demo.reward_models) == ["clip", "lclip", "specs"]
 
 
@@ -159,8 +160,8 @@ def test_the_shipped_sweep_builds_one_scst_run_per_alpha():
     check_sweep(cfg)
     cfg.base = str(ROOT / cfg.base)
     mixes = [run_config(cfg, alpha).scst.rewards for alpha in cfg.alphas]
-    assert mixes[0] == {"l_clip_s": 0.0, "cider_d": 1.0} and mixes[-1] == {"l_clip_s": 1.0, "cider_d": 0.0}
-    assert mixes[1] == {"l_clip_s": 0.3, "cider_d": 0.7}
+    assert mixes[0] == {"clip_s": 0.0, "cider_d": 1.0} and mixes[-1] == {"clip_s": 1.0, "cider_d": 0.0}
+    assert mixes[1] == {"clip_s": 0.3, "cider_d": 0.7}
     assert {run_config(cfg, a).run.name for a in cfg.alphas} == {"alpha_0", "alpha_0.3", "alpha_0.5", "alpha_0.7",
                                                                 "alpha_1"}
 

@@ -111,14 +111,15 @@ def teacher_file(tmp_path_factory):
 
 def test_train_specs_round_trips_and_specificity_runs(tiny_world, teacher_file, tmp_path, capsys):
     out, start = tmp_path / "spec.pt", tmp_path / "start.pt"
-    code = train_specs.main(["--init", str(teacher_file), "--dataset", str(tiny_world / "dataset.json"),
-                             "--images-root", str(tiny_world), "--out", str(out), "--epochs", "1",
-                             "--set", f"start_out={start}", "--set", "batch_size=8", "--set", "workers=0"])
-    assert code == 0
+    args = ["--init", str(teacher_file), "--dataset", str(tiny_world / "dataset.json"), "--images-root",
+            str(tiny_world), "--out", str(out), "--epochs", "1", "--set", f"start_out={start}", "--set", "batch_size=8"]
+    assert train_specs.main([*args, "--set", "workers=0"]) == 0
     mtime = out.stat().st_mtime_ns
-    assert train_specs.main(["--init", str(teacher_file), "--dataset", str(tiny_world / "dataset.json"),
-                             "--images-root", str(tiny_world), "--out", str(out)]) == 0  # finished: skipped
+    assert train_specs.main(args) == 0  # finished with these settings (workers do not count): skipped
     assert out.stat().st_mtime_ns == mtime
+    capsys.readouterr()
+    assert train_specs.main([*args, "--epochs", "3"]) == 2  # other settings: refused, nothing overwritten
+    assert "epochs: 1 -> 3" in capsys.readouterr().err and out.stat().st_mtime_ns == mtime
     trained = load_reward_model(RewardModelSpec(kind="longclip", weights=str(out)))
     assert trained.context_length == 248
     assert load_reward_model(RewardModelSpec(kind="longclip", weights=str(start))).fingerprint != trained.fingerprint
@@ -132,13 +133,15 @@ def test_train_specs_round_trips_and_specificity_runs(tiny_world, teacher_file, 
 
 def test_distill_round_trips_and_shrinks(tiny_world, teacher_file, tmp_path):
     out = tmp_path / "lclip.ckpt"
-    summary = distill_lclip.distill_lclip(distill_lclip.DistillConfig(
-        teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
-        out=str(out), stage1_epochs=1, stage2_epochs=1, batch_size=16, workers=0), progress=False)
-    again = distill_lclip.distill_lclip(distill_lclip.DistillConfig(
-        teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
-        out=str(out)), progress=False)  # finished: the summary comes back, nothing is retrained
-    assert again["student_params"] == summary["student_params"]
+    settings = dict(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+                    out=str(out), stage1_epochs=1, stage2_epochs=1, batch_size=16)
+    summary = distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, workers=0), progress=False)
+    mtime = out.stat().st_mtime_ns
+    again = distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings), progress=False)
+    assert again["student_params"] == summary["student_params"]  # finished: the summary, nothing retrained
+    assert out.stat().st_mtime_ns == mtime
+    with pytest.raises(ConfigError, match="stage1_epochs: 1 -> 2"):
+        distill_lclip.distill_lclip(distill_lclip.DistillConfig(**{**settings, "stage1_epochs": 2}), progress=False)
     student = load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
     assert summary["student_params"] <= 0.5 * summary["teacher_params"]
     assert sum(p.numel() for p in student.module.parameters()) == summary["student_params"]

@@ -60,6 +60,19 @@ def test_xe_run_writes_everything_and_evaluates(tiny_data, tmp_path, capsys):
     assert len(json.loads(out.read_text())) == 12 and out.with_suffix(".scores.json").exists()
     assert select_cli.main(["--run", str(run), "--by", "val_loss"]) == 0
     assert '"by": "val_loss"' in capsys.readouterr().out
+    _an_earlier_releases_checkpoint_config_still_loads(ckpts / "best")
+
+
+def _an_earlier_releases_checkpoint_config_still_loads(checkpoint: Path) -> None:
+    import yaml
+
+    from captioner.inference import load_captioner
+
+    saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
+    saved["eval"].update(decode="greedy", beam_size=3)  # the layout before eval.decode was dropped
+    (checkpoint / "config.yaml").write_text(yaml.safe_dump(saved))
+    _, cfg, _ = load_captioner(checkpoint)
+    assert cfg.eval.beam_size == 1
 
 
 def _train_subprocess(cfg: Path, *extra: str) -> subprocess.Popen:
