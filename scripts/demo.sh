@@ -54,7 +54,7 @@ stage "XE training (6 epochs, one encoder layer) -> $OUT/runs/demo_xe"
 python -m captioner.train --config configs/demo_xe.yaml --resume auto
 finish "xe"
 
-stage "SCST with 0.5 cider_d + 0.5 clip_s, batch-normalised, XE anchor (2 epochs; every metric each epoch) -> $OUT/runs/demo_scst"
+stage "SCST with 0.7 cider_d + 0.3 clip_s, batch-normalised, XE anchor (2 epochs; every metric each epoch) -> $OUT/runs/demo_scst"
 python -m captioner.train --config configs/demo_scst.yaml --resume auto
 finish "scst"
 

@@ -65,7 +65,7 @@ def test_the_project_scst_configs_hold_the_mix_they_name():
     configs = Path(__file__).resolve().parents[1] / "configs"
     assert load_config(TrainConfig, configs / "scst_world_clip.yaml").scst.rewards == {"clip_s": 1.0}
     demo = load_config(TrainConfig, configs / "demo_scst.yaml")
-    assert demo.scst.rewards == {"cider_d": 0.5, "clip_s": 0.5}
+    assert demo.scst.rewards == {"cider_d": 0.7, "clip_s": 0.3}
     assert demo.scst.normalize == "batch_z" and demo.scst.xe_weight > 0 and demo.train.epochs == 2
     assert sorted(demo.reward_models) == ["clip", "lclip", "specs"]
 
