@@ -59,13 +59,14 @@ def contact_sheet(images: Sequence[str | Path], captions: Sequence[Sequence[str]
         raise ValueError("no images for the contact sheet")
     columns = min(columns, len(images))
     rows = math.ceil(len(images) / columns)
-    lines = max(len(c) for c in captions)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, (2.6 + 0.55 * lines) * rows), squeeze=False)
-    for ax, image, texts in zip(axes.flat, images, captions, strict=False):
+    titles = ["\n".join(textwrap.fill(f"{labels[k]}: {t}" if k < len(labels) else t, 38) for k, t in enumerate(texts))
+              for texts in captions]
+    lines = max(title.count("\n") + 1 for title in titles)  # the tallest title sets the row height
+    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, (3.2 + 0.14 * lines) * rows), squeeze=False)
+    for ax, image, title in zip(axes.flat, images, titles, strict=False):
         with Image.open(image) as img:
             ax.imshow(img.convert("RGB"))
-        shown = [f"{labels[k]}: {t}" if k < len(labels) else t for k, t in enumerate(texts)]
-        ax.set_title("\n".join(textwrap.fill(s, 38) for s in shown), fontsize=7, loc="left")
+        ax.set_title(title, fontsize=7, loc="left")
         ax.axis("off")
     for ax in list(axes.flat)[len(images):]:
         ax.axis("off")

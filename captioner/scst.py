@@ -32,6 +32,9 @@ class ScstConfig:
     kl_coef: float = option(0.0, help="weight of the per-token KL to the init_from policy (TRL's beta)", at_least=0)
     xe_weight: float = option(0.0, help="weight of a cross-entropy anchor on the reference captions", at_least=0)
     normalize: Normalize = option("none", help="per-reward normalisation before mixing: none, batch_z or running_z")
+    disable_dropout: bool | None = option(
+        None, help="train the SCST policy without dropout (TRL's disable_dropout); default: when kl_coef > 0, so "
+        "the KL compares the policy with its frozen start like for like and is 0 before the first update")
     sample_table_every: int = option(100, help="steps between logged tables of samples", at_least=1)
 
 
@@ -40,6 +43,10 @@ def check_scst_config(cfg: ScstConfig) -> None:
         raise ConfigError(f"scst.baseline 'loo' needs scst.k >= 2 (the mean of the other samples); got k={cfg.k}")
     if cfg.k < 1:
         raise ConfigError("scst.k must be >= 1")
+
+
+def policy_dropout_off(cfg: ScstConfig) -> bool:
+    return cfg.kl_coef > 0 if cfg.disable_dropout is None else cfg.disable_dropout
 
 
 def loo_baseline(rewards: torch.Tensor, k: int) -> torch.Tensor:

@@ -32,7 +32,7 @@ from captioner.data import CaptionDataset, Labels, collate
 from captioner.losses import caption_loss
 from captioner.model import Captioner
 from captioner.run_log import RunLog, read_metrics
-from captioner.scst import check_scst_config, sample_table, scst_scalars, scst_step
+from captioner.scst import check_scst_config, policy_dropout_off, sample_table, scst_scalars, scst_step
 from captioner.select import metric_mode
 from captioner.train_config import TrainConfig, scoring_context
 from captioner.validation import decode_split
@@ -271,7 +271,8 @@ class Trainer:
 
     def train_epoch(self, epoch: int) -> float:
         cfg, acc = self.cfg, self.accelerator
-        self.model.train()
+        # the captioner's only train/eval difference is dropout (GroupNorm, no BatchNorm)
+        self.model.train(not (stage_of(cfg, epoch) == "scst" and policy_dropout_off(cfg.scst)))
         self.train_ds.set_epoch(epoch)
         self.train_loader.set_epoch(epoch)
         skip = self.state.step_in_epoch if epoch == self.state.epoch else 0

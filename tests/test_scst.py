@@ -78,9 +78,9 @@ def test_bank_errors_name_the_reward():
     assert {"cider_d", "cider", "bleu_4", "length", "constant"} <= set(available_rewards())
 
 
-def toy_model():
+def toy_model(dropout: float = 0.0):
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_heads=2, enc_layers=1, dec_layers=1, d_ff=64, dropout=0.0)
+    cfg = ModelConfig(d_model=32, n_heads=2, enc_layers=1, dec_layers=1, d_ff=64, dropout=dropout)
     return Captioner(cfg, vocab_size=6, max_len=5, feat_dim=8, n_tokens=4, fc_dim=8)
 
 
@@ -193,6 +193,26 @@ def test_the_kl_term_is_zero_at_the_reference_and_its_gradient_is_the_hand_formu
         hand[row] = (1 - torch.exp(ref[row, 0] - lp)) * (onehot - probs[row]) / 2
     assert torch.allclose(theta.grad, hand, atol=1e-6)
     assert float(kl.detach()) > 0
+
+
+def test_with_a_kl_anchor_the_policy_drops_dropout_so_its_first_kl_is_zero():
+    """Dropout on the sampling policy alone would make the KL to its frozen eval-mode start positive
+    before any update; with kl_coef > 0 the trainer turns it off (scst.disable_dropout, default)."""
+    import copy
+
+    from captioner.scst import policy_dropout_off
+
+    model, batch = toy_model(dropout=0.3), toy_batch()
+    reference = copy.deepcopy(model).eval()
+    bank = RewardBank.from_config({"test_word": 1.0})
+    kls = {}
+    for disable in (None, False):
+        cfg = ScstConfig(k=3, kl_coef=0.5, disable_dropout=disable)
+        model.train(not policy_dropout_off(cfg))
+        torch.manual_seed(0)
+        kls[disable] = float(scst_step(model, model, batch, bank, VOCAB, cfg, reference).kl)
+    assert kls[None] == pytest.approx(0.0, abs=1e-6) and kls[False] > 1e-3
+    assert not policy_dropout_off(ScstConfig()) and policy_dropout_off(ScstConfig(disable_dropout=True))
 
 
 def test_batch_z_gives_each_reward_zero_mean_and_unit_std():
