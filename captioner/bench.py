@@ -49,6 +49,7 @@ class DecodeBenchConfig:
     references: str | None = option(None, help="scst with --scoring: references by image id (e.g. refs.json)")
     vocab: str | None = option(None, help="scst with --scoring: the captioner's vocab.json (default: the "
                                "references' words)")
+    data: str = option(str(COCO_1K), help="scst without --scoring: a coco_val_1k.json-style file of references")
 
 
 WORLD_MODEL = ModelConfig(d_model=192, n_heads=4, enc_layers=3, dec_layers=3, d_ff=512, visual_stem="linear")
@@ -94,9 +95,12 @@ class RewardSetup:
     name: str
 
 
-def coco_cider_setup(tmp: Path) -> RewardSetup:
+def coco_cider_setup(tmp: Path, path: str | Path = COCO_1K) -> RewardSetup:
     """cider_d on real COCO references with their own document frequencies."""
-    data = json.loads(COCO_1K.read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: COCO references for the SCST bench not found (--data)") from None
     refs = {d["image_id"]: d["refs"] for d in data}
     words = sorted({w for rs in refs.values() for r in rs for w in ptb_tokenize(r).split()})
     df_path = tmp / "df.json.gz"
@@ -174,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, _ = parse_config(DecodeBenchConfig, parser, argv)
     if args.which == "scst":
         with tempfile.TemporaryDirectory() as tmp:
-            setup = scoring_setup(args) if args.scoring else coco_cider_setup(Path(tmp))
+            setup = scoring_setup(args) if args.scoring else coco_cider_setup(Path(tmp), args.data)
             rows = {"reference": bench_scst(ModelConfig(), setup, args.images, 49, 2048, args.repeats),
                     "world": bench_scst(WORLD_MODEL, setup, args.images, 64, 192, args.repeats)}
         for name, row in rows.items():
