@@ -39,7 +39,14 @@ def tiny_data(tiny_world, tmp_path_factory):
 def _train(cfg: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "captioner.train", "--config", str(cfg), "--no-progress", *extra],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=_ctrl_c_as_at_a_terminal)
+
+
+def _ctrl_c_as_at_a_terminal() -> None:
+    # a shell that starts the tests in the background hands them SIGINT ignored, and Python keeps an
+    # ignored SIGINT ignored; the child should see Ctrl-C as a user at a terminal would
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _snapshot(run: Path) -> dict[str, bytes]:
