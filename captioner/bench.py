@@ -15,6 +15,7 @@ configs/scoring_world.yaml --references runs/demo/data/refs.json` (the world's r
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 import tempfile
@@ -102,12 +103,11 @@ def coco_cider_setup(tmp: Path, path: str | Path = COCO_1K) -> RewardSetup:
     except FileNotFoundError:
         raise ConfigError(f"{path}: COCO references for the SCST bench not found (--data)") from None
     refs = {d["image_id"]: d["refs"] for d in data}
-    words = sorted({w for rs in refs.values() for r in rs for w in ptb_tokenize(r).split()})
+    tokenized = [[ptb_tokenize(r).split() for r in rs] for rs in refs.values()]
     df_path = tmp / "df.json.gz"
-    df, n_docs = document_frequency([[ptb_tokenize(r).split() for r in rs] for rs in refs.values()])
-    save_df(df_path, df, n_docs, "ptb-python")
+    save_df(df_path, *document_frequency(tokenized), "ptb-python")
     bank = RewardBank.from_config({"cider_d": 1.0}, ScoringContext(references=refs, cider_df=str(df_path)))
-    return RewardSetup(Vocab({str(i + 1): w for i, w in enumerate(words)}), list(refs), bank, "cider_d (COCO 1k)")
+    return RewardSetup(_vocab_of(tokenized), list(refs), bank, "cider_d (COCO 1k)")
 
 
 def scoring_setup(cfg: DecodeBenchConfig) -> RewardSetup:
@@ -126,11 +126,14 @@ def scoring_setup(cfg: DecodeBenchConfig) -> RewardSetup:
     if len(ids) < cfg.images:
         raise ConfigError(f"only {len(ids)} images have references and every embeds file; the bench needs {cfg.images}")
     bank = RewardBank.from_config({n: 1.0 / len(names) for n in names}, context)
-    return RewardSetup(Vocab.load(cfg.vocab) if cfg.vocab else _words_of(refs), ids, bank, " + ".join(names))
+    vocab = Vocab.load(cfg.vocab) if cfg.vocab else _vocab_of([[ptb_tokenize(r).split() for r in rs]
+                                                                for rs in refs.values()])
+    return RewardSetup(vocab, ids, bank, " + ".join(names))
 
 
-def _words_of(refs: dict[int, list[str]]) -> Vocab:
-    words = sorted({w for rs in refs.values() for r in rs for w in ptb_tokenize(r).split()})
+def _vocab_of(tokenized: list[list[list[str]]]) -> Vocab:
+    """A vocabulary of every word in tokenised reference lists."""
+    words = sorted({w for refs in tokenized for ref in refs for w in ref})
     return Vocab({str(i + 1): w for i, w in enumerate(words)})
 
 
@@ -142,8 +145,7 @@ def bench_scst(model_cfg: ModelConfig, setup: RewardSetup, images: int, tokens: 
 
     torch.manual_seed(0)
     model = Captioner(model_cfg, len(setup.vocab), 16, feat_dim, tokens, feat_dim).train()
-    reference = Captioner(model_cfg, len(setup.vocab), 16, feat_dim, tokens, feat_dim).eval().requires_grad_(False)
-    reference.load_state_dict(model.state_dict())
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
     att = torch.randn(images, tokens, feat_dim)
     batch = {"att": att, "fc": att.mean(1), "att_mask": torch.ones(images, tokens, dtype=torch.bool),
              "image_ids": torch.tensor(setup.image_ids[:images])}

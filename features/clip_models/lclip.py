@@ -14,6 +14,7 @@ patch projection cannot see, a few stride-2 convolutions (`stem`).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,12 @@ def _blocks(width: int, layers: int, heads: int, repeats: int) -> nn.ModuleList:
     return nn.ModuleList(MultiplexedBlock(width, heads, repeats) for _ in range(layers // repeats))
 
 
+def stem_stride(channels: Sequence[int]) -> int:
+    """The side a conv stem divides images by: its convs (one per channel width, then one to the
+    tower width) each halve it."""
+    return 2 ** (len(channels) + 1)
+
+
 def conv_stem(channels: tuple[int, ...], width: int) -> nn.Sequential:
     """3x3 stride-2 convolutions (GELU between): each halves the side, the last gives `width` channels.
     Shapes a patch projection cannot see at small image sizes are seen by a few convolutions."""
@@ -101,9 +108,9 @@ class LClipVision(nn.Module):
         super().__init__()
         width, grid = cfg.vision_width, cfg.image_size // cfg.patch_size
         if cfg.stem_channels:
-            if 2 ** (len(cfg.stem_channels) + 1) != cfg.patch_size:
+            if stem_stride(cfg.stem_channels) != cfg.patch_size:
                 raise DataError(f"a stem of {len(cfg.stem_channels) + 1} stride-2 convs has stride "
-                                f"{2 ** (len(cfg.stem_channels) + 1)}, not the patch size {cfg.patch_size}")
+                                f"{stem_stride(cfg.stem_channels)}, not the patch size {cfg.patch_size}")
             self.stem = conv_stem(cfg.stem_channels, width)
         else:
             self.conv1 = nn.Conv2d(3, width, cfg.patch_size, cfg.patch_size, bias=False)
@@ -176,7 +183,7 @@ def infer_config(state: dict[str, torch.Tensor], source: str | Path, vision_head
         raise DataError(f"{source}: not an L-CLIP student checkpoint: missing keys {exc}") from None
     grid = round((vision_pos.shape[0] - 1) ** 0.5)
     vision_width, text_width = vision_pos.shape[1], token_proj.shape[0]
-    patch = 2 ** len(stem) if stem else conv.shape[-1]
+    patch = stem_stride(stem[:-1]) if stem else conv.shape[-1]
     return LClipConfig(
         embed_dim=projection.shape[1], image_size=grid * patch, patch_size=patch,
         stem_channels=tuple(stem[:-1]),

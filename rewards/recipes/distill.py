@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from features.clip_models.factory import clip_text_forward
-from features.clip_models.lclip import LClip, LClipConfig
+from features.clip_models.lclip import LClip, LClipConfig, stem_stride
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.tokens import ClipTokenizer
 from features.world.negatives import KINDS, hard_negatives
@@ -87,13 +87,13 @@ def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
     if _is_vit(visual):
         width, patch = visual.conv1.weight.shape[0], visual.conv1.weight.shape[-1]
         image_dim = visual.proj.shape[1] if visual.proj is not None else width
+        if cfg.stem_channels and stem_stride(cfg.stem_channels) != patch:
+            raise ConfigError(f"stem_channels {cfg.stem_channels}: {len(cfg.stem_channels) + 1} stride-2 convs must "
+                              f"match the teacher's patch size {patch}")
+    elif not cfg.stem_channels:
+        raise ConfigError("the teacher's image tower is not a ViT: give the student a conv stem (stem_channels)")
     else:
-        width, patch, image_dim = cfg.vision_width or text_width, 2 ** (len(cfg.stem_channels) + 1), embed_dim
-        if not cfg.stem_channels:
-            raise ConfigError("the teacher's image tower is not a ViT: give the student a conv stem (stem_channels)")
-    if cfg.stem_channels and 2 ** (len(cfg.stem_channels) + 1) != patch:
-        raise ConfigError(f"stem_channels {cfg.stem_channels}: {len(cfg.stem_channels) + 1} stride-2 convs must "
-                          f"match the teacher's patch size {patch}")
+        width, patch, image_dim = cfg.vision_width or text_width, stem_stride(cfg.stem_channels), embed_dim
     if image_dim != embed_dim:
         raise ConfigError(f"teacher image and text embeddings differ in size ({image_dim} vs {embed_dim}); "
                           "the student distils both into one space and needs them equal")
