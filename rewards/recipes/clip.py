@@ -33,6 +33,7 @@ from rewards.recipes.contrastive import embed_texts, gather_with_grad, negclip_l
 from rewards.recipes.data import CaptionKind, Split, TextBatcher, TextsDataset, embed_split_images, load_split, pick
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
+from rewards.recipes.mirror import AXES, MirrorMode
 from rewards.recipes.training import finished_summary, save_weights
 
 MAX_LOGIT_SCALE = math.log(100.0)
@@ -49,6 +50,12 @@ class TrainClipConfig(RecipeConfig):
         "against `scenes`)")
     hard_negatives: int = option(3, help="hard negatives per image and step (with negatives: world)", at_least=0)
     negative_kinds: list[str] = option(factory=lambda: list(KINDS), help="the kinds of fact a negative may change")
+    mirror: MirrorMode = option(
+        "none", help="flipped views with their texts rewritten (left<->right, above<->below): none, random (each "
+        "image flipped at random), or pairs (each image with its mirrored twin in the same batch, so places and "
+        "relations are what tells them apart)")
+    mirror_axes: list[str] = option(factory=lambda: ["horizontal"], help="axes a view may flip: horizontal, "
+                                    "vertical (for worlds where up and down are arbitrary; not for photos)")
 
 
 def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
@@ -65,7 +72,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                      allow_outside_root=cfg.allow_outside_root)
     texts = caption_texts(train, cfg.captions, cfg)
-    dataset = TextsDataset(train, loaded.preprocess, texts, cfg.seed)
+    dataset = TextsDataset(train, loaded.preprocess, texts, cfg.seed, cfg.mirror, tuple(cfg.mirror_axes))
     pair = PairEncoder(model, clip_text_forward(model))
 
     def evaluate(epoch: int) -> dict:
@@ -114,7 +121,8 @@ def encode_pairs(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, tor
 
 def contrastive_step(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
     image, text, mask, scale = encode_pairs(model, batch)
-    return negclip_loss(image, text, mask, scale), {"negatives": float(mask[:, 1:].sum()) / len(mask)}
+    caption_ids = gather_with_grad(batch["caption_ids"])
+    return negclip_loss(image, text, mask, scale, caption_ids), {"negatives": float(mask[:, 1:].sum()) / len(mask)}
 
 
 def clamp_logit_scale(pair: PairEncoder) -> None:
@@ -145,6 +153,10 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError(f"train_clip 'out' must end in .safetensors, got {cfg.out!r}")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
+    if sorted(set(cfg.mirror_axes) - set(AXES)):
+        raise ConfigError(f"mirror_axes: unknown {sorted(set(cfg.mirror_axes) - set(AXES))}; use {', '.join(AXES)}")
+    if cfg.mirror != "none" and not cfg.mirror_axes:
+        raise ConfigError(f"mirror: {cfg.mirror} needs at least one of mirror_axes ({', '.join(AXES)})")
     unknown = sorted(set(cfg.negative_kinds) - set(KINDS))
     if unknown:
         raise ConfigError(f"negative_kinds: unknown {unknown}; known kinds: {', '.join(KINDS)}")

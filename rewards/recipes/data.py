@@ -11,6 +11,7 @@ a global batch across processes along the image axis.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from features.clip_models.tokens import ClipTokenizer
 from features.images import IMAGE_ERRORS, check_images_exist, open_rgb
 from plumbing.errors import DataError
 from plumbing.karpathy import ImageEntry, load_dataset
+from rewards.recipes.mirror import MirrorMode, mirror_image, mirror_text, random_axes, twin_axes
 
 CaptionKind = Literal["short", "long", "both"]
 
@@ -72,12 +74,19 @@ def load_split(dataset: str, images_root: str, split: str, limit: int = 0, need_
 TextsFor = Callable[[int, random.Random], list[str]]
 
 
-class TextsDataset(Dataset):
-    """Items: (row, image tensor, texts of that image). Image decoding errors come back as data, so
-    the main process raises one DataError naming the file instead of a worker traceback."""
+View = tuple[int, "torch.Tensor | None", list[str], str]  # (row, image tensor, its texts, error)
 
-    def __init__(self, split: Split, transform: Callable, texts: TextsFor, seed: int):
+
+class TextsDataset(Dataset):
+    """Items: the views of one image, each (row, image tensor, texts of that view): the image
+    itself, flipped at random (`mirror: random`) or with its mirrored twin (`mirror: pairs`; see
+    rewards.recipes.mirror). Image decoding errors come back as data, so the main process raises
+    one DataError naming the file instead of a worker traceback."""
+
+    def __init__(self, split: Split, transform: Callable, texts: TextsFor, seed: int, mirror: MirrorMode = "none",
+                 mirror_axes: tuple[str, ...] = ("horizontal",)):
         self.split, self.transform, self.texts, self.seed = split, transform, texts, seed
+        self.mirror, self.mirror_axes = mirror, tuple(mirror_axes)
         self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()  # seen by persistent workers too
 
     @property
@@ -90,24 +99,35 @@ class TextsDataset(Dataset):
     def __len__(self) -> int:
         return len(self.split)
 
-    def __getitem__(self, row: int) -> tuple[int, torch.Tensor | None, list[str], str]:
+    def __getitem__(self, row: int) -> list[View]:
         rng = random.Random(f"{self.seed}-{self.epoch}-{row}")
         try:
-            image = self.transform(open_rgb(self.split.paths[row]))
+            image = open_rgb(self.split.paths[row])
         except IMAGE_ERRORS as exc:
-            return row, None, [], f"image id {self.split.image_ids[row]}: cannot read {self.split.paths[row]}: {exc}"
-        return row, image, self.texts(row, rng), ""
+            path = self.split.paths[row]
+            return [(row, None, [], f"image id {self.split.image_ids[row]}: cannot read {path}: {exc}")]
+        texts = self.texts(row, rng)
+        if self.mirror == "none":
+            return [(row, self.transform(image), texts, "")]
+        if self.mirror == "random":
+            axes = random_axes(self.mirror_axes, rng)
+            return [(row, self.transform(mirror_image(image, axes)), [mirror_text(t, axes) for t in texts], "")]
+        axes = twin_axes(texts, self.mirror_axes, rng)
+        return [(row, self.transform(image), texts, ""),
+                (row, self.transform(mirror_image(image, axes)), [mirror_text(t, axes) for t in texts], "")]
 
 
 class TextBatcher:
-    """Collates items into {"rows", "images" [B,3,H,W], "tokens" [B,T,L], "mask" [B,T], "errors"}:
+    """Collates views into {"rows", "images" [B,3,H,W], "tokens" [B,T,L], "mask" [B,T], "caption_ids" [B],
+    "errors"}, where views with the same caption share a caption id (`text_id`):
     T is the most texts any image has, L the longest tokenised text (padding is exact under a
     causal mask). Unreadable images come back in "errors" for the main process to report."""
 
     def __init__(self, tokenizer: ClipTokenizer):
         self.tokenizer = tokenizer
 
-    def __call__(self, items: list[tuple[int, torch.Tensor | None, list[str], str]]) -> dict:
+    def __call__(self, images: list[list[View]]) -> dict:
+        items = [view for views in images for view in views]
         errors = [error for *_, error in items if error]
         if errors:
             return {"errors": errors}
@@ -123,8 +143,15 @@ class TextBatcher:
                 tokens[b, t, : len(ids[k])] = torch.tensor(ids[k], dtype=torch.long)
                 mask[b, t] = True
                 k += 1
+        caption_ids = [text_id(texts[0] if texts else "") for _, _, texts, _ in items]
         return {"rows": torch.tensor([row for row, *_ in items]), "images": torch.stack([i for _, i, _, _ in items]),
-                "tokens": tokens, "mask": mask, "errors": []}
+                "tokens": tokens, "mask": mask, "caption_ids": torch.tensor(caption_ids), "errors": []}
+
+
+def text_id(text: str) -> int:
+    """A 63-bit id of a text's content: the same on every process, which each collate their own
+    share of a global batch."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little") >> 1
 
 
 def raise_errors(batch: dict) -> None:
@@ -155,6 +182,7 @@ def _no_texts(row: int, rng: random.Random) -> list[str]:
     return []
 
 
-def _images_only(items: list) -> tuple[torch.Tensor | None, list[str]]:
+def _images_only(images: list[list[View]]) -> tuple[torch.Tensor | None, list[str]]:
+    items = [view for views in images for view in views]
     errors = [error for *_, error in items if error]
     return (None, errors) if errors else (torch.stack([image for _, image, _, _ in items]), [])

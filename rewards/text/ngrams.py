@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 
@@ -66,7 +67,10 @@ class NgramIndex:
         words = self.words
         for word in set(tokens).difference(words):
             words[word] = len(words)
-        return np.fromiter(map(words.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+        if len(tokens) < 2:  # itemgetter of one key returns the value, not a tuple
+            return np.asarray([words[t] for t in tokens], dtype=np.int64)
+        # itemgetter looks every token up in one C loop (a map over __getitem__ costs 2-3x more)
+        return np.fromiter(itemgetter(*tokens)(words), dtype=np.int64, count=len(tokens))
 
     def _intern(self, level: int, keys: np.ndarray) -> np.ndarray:
         uniq, inverse = np.unique(keys, return_inverse=True)
