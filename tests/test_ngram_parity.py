@@ -12,6 +12,7 @@ from plumbing.ptb import ptb_tokenize
 from rewards.benchmarks.ngram import reference_cider_d
 from rewards.suite import MetricSuite
 from rewards.text.batch import EvalBatch
+from rewards.text import bleu as bleu_module
 from rewards.text.bleu import bleu
 from rewards.text.cider import CiderD, corpus_cider
 from rewards.text.cider_df import document_frequency
@@ -38,6 +39,27 @@ def test_bleu_parity(coco):
     corpus, items = bleu(batch)
     np.testing.assert_allclose(corpus, ref_corpus, atol=TOL, rtol=0)
     np.testing.assert_allclose(items, np.asarray(ref_items).T, atol=TOL, rtol=0)
+
+
+@needs_coco_1k
+def test_bleu_counts_only_what_can_match_and_equals_the_shared_counts_path(coco):
+    _, gts, res, _ = coco
+    fresh = EvalBatch([res[i][0].split() for i in gts], [[r.split() for r in gts[i]] for i in gts])
+    direct = bleu_module._direct_matches(fresh)
+    assert not fresh.has_counts  # the direct path never builds the shared counts
+    shared = bleu_module._shared_matches(fresh)
+    np.testing.assert_array_equal(direct, shared)
+    assert direct[:, 3].sum() > 0 and (direct[:, 0] > 0).all()
+
+
+def test_bleu_paths_agree_on_edge_cases():
+    cases = EvalBatch([[], ["a"], ["a", "a", "a", "b"], ["x", "y"], ["a", "b", "c", "d", "e"]],
+                      [[["a", "b"]], [[]], [["a", "a", "b"], ["a", "b", "a", "a"]], [["p", "q"]],
+                       [["a", "b", "c", "d", "e", "a", "b", "c", "d", "e"], ["e", "d"]]])
+    direct = bleu_module._direct_matches(cases)
+    np.testing.assert_array_equal(direct, bleu_module._shared_matches(cases))
+    assert direct[2].tolist() == [4.0, 2.0, 1.0, 0.0]  # "a" clipped at 3 (the second reference), +1 "b"
+    assert direct[3].sum() == 0
 
 
 @needs_coco_1k

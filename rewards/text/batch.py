@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
+from itertools import chain
 
 import numpy as np
 
@@ -29,6 +30,21 @@ class EvalBatch:
     def ref_row(self) -> np.ndarray:
         """Image row of each reference sentence."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.n_refs)
+
+    @cached_property
+    def hyp_lengths(self) -> np.ndarray:
+        """Tokens per candidate."""
+        return np.fromiter(map(len, self.candidates), dtype=np.int64, count=len(self.candidates))
+
+    @cached_property
+    def ref_lengths(self) -> np.ndarray:
+        """Tokens per reference sentence, all references in row order."""
+        return np.fromiter(map(len, chain.from_iterable(self.references)), dtype=np.int64, count=int(self.n_refs.sum()))
+
+    @property
+    def has_counts(self) -> bool:
+        """Whether the shared n-gram counts have been computed (they are, on first use)."""
+        return "_grams" in self.__dict__
 
     @cached_property
     def _grams(self) -> tuple[SentenceGrams, SentenceGrams]:
