@@ -11,8 +11,8 @@ from pycocoevalcap.rouge.rouge import Rouge
 from plumbing.ptb import ptb_tokenize
 from rewards.benchmarks.ngram import reference_cider_d
 from rewards.suite import MetricSuite
-from rewards.text.batch import EvalBatch
 from rewards.text import bleu as bleu_module
+from rewards.text.batch import EvalBatch
 from rewards.text.bleu import bleu
 from rewards.text.cider import CiderD, corpus_cider
 from rewards.text.cider_df import document_frequency

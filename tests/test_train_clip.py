@@ -110,7 +110,8 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
 
 def test_two_processes_give_the_loss_curve_of_one(tiny_world, tmp_path):
     """Two CPU processes (gloo) with 8 images each against one with the 16-image global batch: the
-    contrastive loss sees the gathered global batch, so the curves agree to 1e-4."""
+    contrastive loss sees the gathered global batch, so the curves agree to 1e-4. With mirrored
+    twins and hard negatives, so the caption ids that keep twins apart agree across processes too."""
     import yaml
 
     from tests.captioner_fixtures import launch_two_processes
@@ -120,7 +121,8 @@ def test_two_processes_give_the_loss_curve_of_one(tiny_world, tmp_path):
         path.write_text(yaml.safe_dump({
             "dataset": str(tiny_world / "dataset.json"), "images_root": str(tiny_world), "epochs": 3,
             "batch_size": 16, "workers": 0, "out": str(tmp_path / f"{name}.safetensors"),
-            "scenes": str(tiny_world / "scenes.json"), "negatives": "world", "hard_negatives": 2}))
+            "scenes": str(tiny_world / "scenes.json"), "negatives": "world", "hard_negatives": 2,
+            "mirror": "pairs", "mirror_axes": ["horizontal", "vertical"]}))
         return path
 
     assert train_clip.main(["--config", str(config("one"))]) == 0
@@ -134,3 +136,19 @@ def test_two_processes_give_the_loss_curve_of_one(tiny_world, tmp_path):
     one, two = curve("one"), curve("two")
     assert len(one) == len(two) == 3
     assert all(abs(a - b) < 1e-4 for a, b in zip(one, two, strict=True)), (one, two)
+
+
+def test_pool_position_std_redraws_the_resnet_pool_positions_and_is_refused_elsewhere(tiny_world, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world), "--epochs", "1",
+            "--set", "batch_size=16", "--set", "workers=0", "--set", "pool_position_std=2.0"]
+    out = tmp_path / "rn.safetensors"
+    assert train_clip.main([*base, "--arch", "world-clip-rn", "--out", str(out)]) == 0
+    positions = load_file(str(out))["visual.attnpool.positional_embedding"]
+    assert 1.8 < float(positions.std()) < 2.2  # open_clip's own draw has std 1/sqrt(1024) = 0.03
+    assert train_clip.main([*base, "--out", str(tmp_path / "vit.safetensors")]) == 2  # a ViT has no pool
+    assert "needs a ResNet vision tower" in capsys.readouterr().err
+    assert train_clip.main([*base, "--arch", "world-clip-rn", "--init", str(out), "--out",
+                            str(tmp_path / "again.safetensors")]) == 2
+    assert "use it without 'init'" in capsys.readouterr().err

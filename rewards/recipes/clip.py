@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -50,6 +51,12 @@ class TrainClipConfig(RecipeConfig):
         "against `scenes`)")
     hard_negatives: int = option(3, help="hard negatives per image and step (with negatives: world)", at_least=0)
     negative_kinds: list[str] = option(factory=lambda: list(KINDS), help="the kinds of fact a negative may change")
+    pool_position_std: float | None = option(
+        None, help="from scratch only: draw the ResNet attention pool's position embedding with this std (open_clip's "
+        "is 1/sqrt(width), which trained features soon drown, leaving the pool blind to where things are)", above=0)
+    mask_same_captions: bool = option(
+        False, help="identical captions in a batch are not each other's negatives (always so with mirror, whose "
+        "twins can read the same); off keeps CLIP's plain in-batch loss")
     mirror: MirrorMode = option(
         "none", help="flipped views with their texts rewritten (left<->right, above<->below): none, random (each "
         "image flipped at random), or pairs (each image with its mirrored twin in the same batch, so places and "
@@ -66,6 +73,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     run = RecipeRun(cfg, cfg.out, Path(cfg.out).with_suffix(".metrics.jsonl"), progress)
     loaded = load_open_clip(cfg.arch, cfg.init)
     model = loaded.model
+    if cfg.pool_position_std is not None:
+        widen_pool_positions(model, cfg.pool_position_std, cfg.seed)
     tokenizer = ClipTokenizer(int(model.context_length))
     train = load_split(cfg.dataset, cfg.images_root, "train", cfg.max_train_images,
                        need_long=cfg.captions == "long", allow_outside_root=cfg.allow_outside_root)
@@ -78,7 +87,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     def evaluate(epoch: int) -> dict:
         return evaluate_retrieval(model, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
 
-    result = run.fit(pair, dataset, TextBatcher(tokenizer), contrastive_step,
+    step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none")
+    result = run.fit(pair, dataset, TextBatcher(tokenizer), step,
                      Stage("clip", cfg.epochs, cfg.lr, cfg.warmup_steps), clamp_logit_scale, evaluate)
     summary = {"out": cfg.out, "arch": cfg.arch, "val": result["record"], "truncated_captions": tokenizer.truncated}
     if run.is_main:
@@ -90,6 +100,18 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary
+
+
+def widen_pool_positions(model: torch.nn.Module, std: float, seed: int) -> None:
+    """Redraw the attention pool's position embedding with a std that rivals the pooled features
+    (norm ~20 after training here, against ~1 for open_clip's init): the pool's heads can then attend
+    by place, and the image embedding carries where each thing is (docs/reward_models.md)."""
+    pool = getattr(getattr(model, "visual", None), "attnpool", None)
+    if pool is None:
+        raise ConfigError("pool_position_std needs a ResNet vision tower with an attention pool "
+                          "(e.g. world-clip-rn); this architecture has none")
+    with torch.no_grad():
+        pool.positional_embedding.normal_(0.0, std, generator=torch.Generator().manual_seed(seed))
 
 
 def caption_texts(split: Split, kind: CaptionKind, cfg: TrainClipConfig):
@@ -119,9 +141,10 @@ def encode_pairs(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, tor
     return image, text, gather_with_grad(mask), scale
 
 
-def contrastive_step(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bool = False
+                     ) -> tuple[torch.Tensor, dict[str, float]]:
     image, text, mask, scale = encode_pairs(model, batch)
-    caption_ids = gather_with_grad(batch["caption_ids"])
+    caption_ids = gather_with_grad(batch["caption_ids"]) if mask_same_captions else None
     return negclip_loss(image, text, mask, scale, caption_ids), {"negatives": float(mask[:, 1:].sum()) / len(mask)}
 
 
@@ -153,6 +176,8 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError(f"train_clip 'out' must end in .safetensors, got {cfg.out!r}")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
+    if cfg.pool_position_std is not None and cfg.init:
+        raise ConfigError("pool_position_std redraws weights a pretrained model has learned; use it without 'init'")
     if sorted(set(cfg.mirror_axes) - set(AXES)):
         raise ConfigError(f"mirror_axes: unknown {sorted(set(cfg.mirror_axes) - set(AXES))}; use {', '.join(AXES)}")
     if cfg.mirror != "none" and not cfg.mirror_axes:
