@@ -113,3 +113,12 @@ def test_meteor_equals_pycocoevalcap(coco):
                           {d["image_id"]: d["refs"] for d in data[:60]})
     assert abs(out.corpus["meteor"] - ref_corpus) <= TOL
     np.testing.assert_allclose([out.per_item["meteor"][i] for i in ids], ref_items, atol=TOL, rtol=0)
+
+
+def test_bleu_falls_back_to_the_shared_counts_when_4_grams_do_not_pack():
+    words = [f"w{k}" for k in range(46_341)]  # (46,341 + 1) ** 4 > 2 ** 62
+    batch = EvalBatch([words, ["w1", "w2"]], [[words[:10]], [["w1", "w2", "w3"]]])
+    assert bleu_module._direct_matches(batch) is None
+    _, items = bleu(batch)
+    np.testing.assert_array_equal(bleu_module.clipped_matches(batch), bleu_module._shared_matches(batch))
+    assert items[1, 1] > 0.5  # "w1 w2" matches its reference
