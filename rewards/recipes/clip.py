@@ -178,8 +178,8 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.pool_position_std is not None and cfg.init:
         raise ConfigError("pool_position_std redraws weights a pretrained model has learned; use it without 'init'")
-    if sorted(set(cfg.mirror_axes) - set(AXES)):
-        raise ConfigError(f"mirror_axes: unknown {sorted(set(cfg.mirror_axes) - set(AXES))}; use {', '.join(AXES)}")
+    if unknown_axes := sorted(set(cfg.mirror_axes) - set(AXES)):
+        raise ConfigError(f"mirror_axes: unknown {unknown_axes}; use {', '.join(AXES)}")
     if cfg.mirror != "none" and not cfg.mirror_axes:
         raise ConfigError(f"mirror: {cfg.mirror} needs at least one of mirror_axes ({', '.join(AXES)})")
     unknown = sorted(set(cfg.negative_kinds) - set(KINDS))

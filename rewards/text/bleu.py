@@ -11,12 +11,11 @@ Clipped matches come one of two ways, with the same result to the bit:
 from __future__ import annotations
 
 from itertools import chain
-from operator import itemgetter
 
 import numpy as np
 
 from rewards.text.batch import EvalBatch
-from rewards.text.ngrams import MAX_N, group_keys
+from rewards.text.ngrams import MAX_N, group_keys, lookup, run_counts, tokens_left
 
 TINY = 1e-15
 SMALL = 1e-9
@@ -61,12 +60,12 @@ def _direct_matches(batch: EvalBatch) -> np.ndarray | None:
     base = len(vocab) + 1
     if base ** MAX_N >= 1 << 62:
         return None
-    hyp_ids = _ids(vocab, list(chain.from_iterable(candidates)))
+    hyp_ids = lookup(vocab, list(chain.from_iterable(candidates)))
     ref_sentences = [s for refs in batch.references for s in refs]
     ref_ids = _ids_or_zero(vocab, list(chain.from_iterable(ref_sentences)))
     hyp_owner = np.repeat(np.arange(len(batch), dtype=np.int64), batch.hyp_lengths)
     ref_owner = np.repeat(np.arange(len(ref_sentences), dtype=np.int64), batch.ref_lengths)
-    hyp_left, ref_left = _tokens_left(batch.hyp_lengths), _tokens_left(batch.ref_lengths)
+    hyp_left, ref_left = tokens_left(batch.hyp_lengths), tokens_left(batch.ref_lengths)
     correct = np.zeros((len(batch), MAX_N))
     hyp_code, ref_code, alive = hyp_ids, ref_ids, ref_ids > 0
     for n in range(1, MAX_N + 1):
@@ -77,7 +76,7 @@ def _direct_matches(batch: EvalBatch) -> np.ndarray | None:
         inside = hyp_left[: len(hyp_code)] >= n
         grams, gram_of = np.unique(hyp_code[inside], return_inverse=True)
         width = np.int64(max(len(grams), 1))
-        hyp_keys, hyp_counts = _run_counts(hyp_owner[: len(hyp_code)][inside] * width + gram_of)
+        hyp_keys, hyp_counts = run_counts(hyp_owner[: len(hyp_code)][inside] * width + gram_of)
         # reference n-grams that are some candidate's n-gram, by (reference sentence, gram)
         where = np.flatnonzero(alive & (ref_left[: len(ref_code)] >= n))
         if n == 1:  # every vocabulary word is some candidate's: unigram k is word id k + 1
@@ -87,7 +86,7 @@ def _direct_matches(batch: EvalBatch) -> np.ndarray | None:
             hit = grams[at] == ref_code[where] if len(grams) else np.zeros(len(where), bool)
         alive = np.zeros(len(ref_code), bool)
         alive[where[hit]] = True
-        ref_keys, ref_counts = _run_counts(ref_owner[where[hit]] * width + at[hit])
+        ref_keys, ref_counts = run_counts(ref_owner[where[hit]] * width + at[hit])
         row_keys = batch.ref_row[ref_keys // width] * width + ref_keys % width
         uniq, max_count = _max_by_key(row_keys, ref_counts)
         clipped = np.minimum(hyp_counts, _lookup(uniq, max_count, hyp_keys))
@@ -102,24 +101,7 @@ def _ids_or_zero(vocab: dict[str, int], tokens: list[str]) -> np.ndarray:
     everything = {**vocab, **dict(zip(unknown, range(len(vocab) + 1, len(vocab) + 1 + len(unknown)), strict=True))}
     table = np.zeros(len(everything) + 1, dtype=np.int64)
     table[1: len(vocab) + 1] = np.arange(1, len(vocab) + 1)
-    return table[_ids(everything, tokens)]
-
-
-def _ids(vocab: dict[str, int], tokens: list[str]) -> np.ndarray:
-    if len(tokens) < 2:  # itemgetter of one key returns the value, not a tuple
-        return np.asarray([vocab[t] for t in tokens], dtype=np.int64)
-    return np.fromiter(itemgetter(*tokens)(vocab), dtype=np.int64, count=len(tokens))
-
-
-def _tokens_left(lengths: np.ndarray) -> np.ndarray:
-    """For each token, how many tokens its sentence has from it on (itself included)."""
-    return np.repeat(np.cumsum(lengths), lengths) - np.arange(int(lengths.sum()), dtype=np.int64)
-
-
-def _run_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    keys = np.sort(keys)
-    first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, np.int64)
-    return keys[first], np.diff(np.r_[first, len(keys)]).astype(np.float64)
+    return table[lookup(everything, tokens)]
 
 
 def clipped_matches(batch: EvalBatch) -> np.ndarray:

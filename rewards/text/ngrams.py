@@ -67,10 +67,7 @@ class NgramIndex:
         words = self.words
         for word in set(tokens).difference(words):
             words[word] = len(words)
-        if len(tokens) < 2:  # itemgetter of one key returns the value, not a tuple
-            return np.asarray([words[t] for t in tokens], dtype=np.int64)
-        # itemgetter looks every token up in one C loop (a map over __getitem__ costs 2-3x more)
-        return np.fromiter(itemgetter(*tokens)(words), dtype=np.int64, count=len(tokens))
+        return lookup(words, tokens)
 
     def _intern(self, level: int, keys: np.ndarray) -> np.ndarray:
         uniq, inverse = np.unique(keys, return_inverse=True)
@@ -88,8 +85,7 @@ class NgramIndex:
         lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
         flat = self._word_ids(list(chain.from_iterable(sentences)))
         owner = np.repeat(np.arange(len(sentences), dtype=np.int64), lengths)
-        # tokens from each position to its sentence's end: an n-gram starting there stays inside if > n - 1
-        remaining = np.repeat(np.cumsum(lengths), lengths) - np.arange(len(flat), dtype=np.int64)
+        remaining = tokens_left(lengths)  # an n-gram starting at a token stays inside its sentence if > n - 1
         pos, ids = np.arange(len(flat), dtype=np.int64), flat  # word ids are already stable unigram ids
         keys = [owner * _SENT + ids * MAX_N]
         for level in range(1, self.max_n):
@@ -100,10 +96,7 @@ class NgramIndex:
                 break
             ids = self._intern(level, ids * _PAIR + flat[pos + level])
             keys.append(owner[pos] * _SENT + ids * MAX_N + level)
-        keys = np.sort(np.concatenate(keys))
-        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, np.int64)
-        counts = np.diff(np.r_[first, len(keys)]).astype(np.float64)
-        keys = keys[first]
+        keys, counts = run_counts(np.concatenate(keys))
         return SentenceGrams(keys // _SENT, keys % _SENT, counts, lengths)
 
     def gram_ids(self, grams: Sequence[Sequence[str]]) -> np.ndarray:
@@ -119,3 +112,23 @@ class NgramIndex:
 def group_keys(a: np.ndarray, b: np.ndarray, width: np.int64 = _SENT) -> np.ndarray:
     """One sortable int64 key for (a, b) pairs with 0 <= b < width."""
     return a.astype(np.int64) * width + b
+
+
+def lookup(table: dict[str, int], tokens: list[str]) -> np.ndarray:
+    """table[token] for every token; itemgetter looks them all up in one C loop (a map over
+    __getitem__ costs 2-3x more)."""
+    if len(tokens) < 2:  # itemgetter of one key returns the value, not a tuple
+        return np.asarray([table[t] for t in tokens], dtype=np.int64)
+    return np.fromiter(itemgetter(*tokens)(table), dtype=np.int64, count=len(tokens))
+
+
+def tokens_left(lengths: np.ndarray) -> np.ndarray:
+    """For each token of the flattened sentences, how many tokens its sentence has from it on."""
+    return np.repeat(np.cumsum(lengths), lengths) - np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+def run_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, how often each occurs)."""
+    keys = np.sort(keys)
+    first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, np.int64)
+    return keys[first], np.diff(np.r_[first, len(keys)]).astype(np.float64)
