@@ -68,7 +68,8 @@ def test_pairs_hold_the_image_and_its_flipped_twin_with_texts_to_match(tiny_worl
                            mirror_axes=("horizontal", "vertical"))
     flip_dims = {("horizontal",): [1], ("vertical",): [0], ("horizontal", "vertical"): [0, 1]}  # HWC pixels
     for row in range(len(split)):
-        (_, image, texts, _), (_, twin, twin_texts, _) = dataset[row]
+        view, twin_view = dataset[row]
+        image, texts, twin, twin_texts = view.image, view.texts, twin_view.image, twin_view.texts
         axes = [a for a, dims in flip_dims.items() if torch.equal(twin, torch.flip(image, dims=dims))]
         assert len(axes) == 1, "the twin is the image flipped along one set of axes"
         assert twin_texts == [mirror_text(t, axes[0]) for t in texts]

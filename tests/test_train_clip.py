@@ -53,7 +53,10 @@ def test_a_finished_model_is_reused_only_with_the_same_settings(tiny_world, worl
     assert world_clip.read_bytes() == before
 
 
-def test_train_clip_bad_input(tiny_world, tmp_path):
+def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(tmp_path / "x.safetensors"), "--set", "image_negatives=world"]) == 2
+    assert "image_negatives: world needs 'scenes'" in capsys.readouterr().err
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.pt")]) == 2
     assert train_clip.main(["--dataset", str(tmp_path / "none.json"), "--images-root", str(tiny_world),
@@ -84,6 +87,8 @@ def test_scst_with_clip_s_alone_end_to_end(tiny_world, world_clip, tmp_path):
 
 
 def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch):
+    """With hard text and image negatives: what each image gets in an epoch is seeded by (seed,
+    epoch, row), so the resumed run draws the same negatives."""
     from safetensors.torch import load_file
 
     def run(out, interrupt_at: int | None = None):
@@ -98,7 +103,9 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
 
         monkeypatch.setattr(clip_recipe, "evaluate_retrieval", evaluate)
         return train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
-                                "--out", str(out), "--epochs", "2", "--set", "batch_size=16", "--set", "workers=0"])
+                                "--out", str(out), "--epochs", "2", "--set", "batch_size=16", "--set", "workers=0",
+                                "--scenes", str(tiny_world / "scenes.json"), "--negatives", "world",
+                                "--set", "image_negatives=world"])
 
     assert run(tmp_path / "once.safetensors") == 0
     assert run(tmp_path / "twice.safetensors", interrupt_at=2) == 130  # stopped during epoch 2
@@ -106,12 +113,15 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
     assert run(tmp_path / "twice.safetensors") == 0
     once, twice = load_file(str(tmp_path / "once.safetensors")), load_file(str(tmp_path / "twice.safetensors"))
     assert all(torch.equal(once[k], twice[k]) for k in once)
+    logged = [json.loads(line) for line in (tmp_path / "once.metrics.jsonl").read_text().splitlines()]
+    assert all(r["negatives"] > 1.5 and r["image_negatives"] > 0.9 for r in logged), logged  # both kinds were used
 
 
 def test_two_processes_give_the_loss_curve_of_one(tiny_world, tmp_path):
     """Two CPU processes (gloo) with 8 images each against one with the 16-image global batch: the
     contrastive loss sees the gathered global batch, so the curves agree to 1e-4. With mirrored
-    twins and hard negatives, so the caption ids that keep twins apart agree across processes too."""
+    twins and hard text and image negatives, so the caption ids that keep twins apart and the
+    image negatives each process draws agree across processes too."""
     import yaml
 
     from tests.captioner_fixtures import launch_two_processes
@@ -122,7 +132,7 @@ def test_two_processes_give_the_loss_curve_of_one(tiny_world, tmp_path):
             "dataset": str(tiny_world / "dataset.json"), "images_root": str(tiny_world), "epochs": 3,
             "batch_size": 16, "workers": 0, "out": str(tmp_path / f"{name}.safetensors"),
             "scenes": str(tiny_world / "scenes.json"), "negatives": "world", "hard_negatives": 2,
-            "mirror": "pairs", "mirror_axes": ["horizontal", "vertical"]}))
+            "mirror": "pairs", "mirror_axes": ["horizontal", "vertical"], "image_negatives": "world"}))
         return path
 
     assert train_clip.main(["--config", str(config("one"))]) == 0

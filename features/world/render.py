@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -41,14 +42,21 @@ def _add_noise(image: Image.Image, rng: np.random.Generator) -> Image.Image:
 
 
 def _texture(obj: WorldObject, big: int) -> Image.Image:
-    color = np.array(lexicon.COLORS[obj.color], dtype=np.float32)
-    if obj.texture == "solid":
+    return _texture_image(obj.color, obj.texture, big)
+
+
+@functools.lru_cache(maxsize=64)
+def _texture_image(color_name: str, texture: str, big: int) -> Image.Image:
+    # Cached: a texture depends on colour and pattern only, and drawing it was most of a render.
+    # Callers only paste from it, never draw on it.
+    color = np.array(lexicon.COLORS[color_name], dtype=np.float32)
+    if texture == "solid":
         return Image.new("RGB", (big, big), tuple(int(c) for c in color))
     # The second tone is darker for light colours and lighter for dark ones, so stripes show.
     other = color * 0.45 if color.mean() > 110 else color + (255 - color) * 0.55
     period = 3 * SUPERSAMPLE
     yy, xx = np.mgrid[0:big, 0:big]
-    if obj.texture == "striped":
+    if texture == "striped":
         pattern = ((xx + yy) // period) % 2 == 0
     else:  # checkered
         pattern = ((xx // period) + (yy // period)) % 2 == 0

@@ -138,6 +138,12 @@ def _free_spot(rng: np.random.Generator, image_size: int, radius: float,
     return None
 
 
+def read_world_seed(path: str | Path) -> int | None:
+    """The generator seed a scenes.json records (None when it records none)."""
+    seed = json.loads(Path(path).read_text(encoding="utf-8")).get("seed")
+    return seed if isinstance(seed, int) else None
+
+
 def load_scenes(path: str | Path) -> dict[int, Scene]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

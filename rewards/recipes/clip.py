@@ -25,8 +25,10 @@ import torch.nn.functional as F
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.tokens import ClipTokenizer
+from features.world.counterfactual import counterfactual, rerender
 from features.world.negatives import KINDS, hard_negatives
-from features.world.scene import load_scenes
+from features.world.parse import parse_caption
+from features.world.scene import load_scenes, read_world_seed
 from plumbing.atomic import write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
@@ -49,6 +51,9 @@ class TrainClipConfig(RecipeConfig):
     negatives: Literal["none", "world"] = option(
         "none", help="hard text negatives: none, or world (the caption with one fact changed, checked false "
         "against `scenes`)")
+    image_negatives: Literal["none", "world"] = option(
+        "none", help="hard image negatives: none, or world (each image's scene with one fact that its caption "
+        "states changed, rendered and checked false of the caption by the world parser; needs `scenes`)")
     hard_negatives: int = option(3, help="hard negatives per image and step (with negatives: world)", at_least=0)
     negative_kinds: list[str] = option(factory=lambda: list(KINDS), help="the kinds of fact a negative may change")
     pool_position_std: float | None = option(
@@ -81,7 +86,9 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                      allow_outside_root=cfg.allow_outside_root)
     texts = caption_texts(train, cfg.captions, cfg)
-    dataset = TextsDataset(train, loaded.preprocess, texts, cfg.seed, cfg.mirror, tuple(cfg.mirror_axes))
+    image_negative = counterfactual_images(train, cfg.scenes) if cfg.image_negatives == "world" else None
+    dataset = TextsDataset(train, loaded.preprocess, texts, cfg.seed, cfg.mirror, tuple(cfg.mirror_axes),
+                           image_negative)
     pair = PairEncoder(model, clip_text_forward(model))
 
     def evaluate(epoch: int) -> dict:
@@ -130,22 +137,48 @@ def caption_texts(split: Split, kind: CaptionKind, cfg: TrainClipConfig):
     return texts
 
 
-def encode_pairs(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Normalised global-batch embeddings: images [B, d], texts [B, T, d], the text mask [B, T]
-    and the logit scale."""
+def counterfactual_images(split: Split, scenes_path: str):
+    """image_negative(row, rng, caption): the row's scene with one fact the caption states changed,
+    drawn with the original's background and noise (None when no edit contradicts the caption)."""
+    scenes = load_scenes(scenes_path)
+    world_seed = read_world_seed(scenes_path)
+
+    def image_negative(row: int, rng: random.Random, caption: str):
+        image_id = split.image_ids[row]
+        edited = counterfactual(scenes[image_id], parse_caption(caption), rng)
+        return None if edited is None else rerender(scenes[image_id], edited, world_seed, image_id)
+
+    return image_negative
+
+
+def encode_pairs(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                               torch.Tensor | None]:
+    """Normalised global-batch embeddings: images [B, d], texts [B, T, d], the text mask [B, T],
+    the logit scale and the image negatives [N, d] (None without them)."""
     tokens, mask = batch["tokens"], batch["mask"]
     b, t, length = tokens.shape
-    image, text, scale = model(batch["images"], tokens.view(b * t, length))
-    image = gather_with_grad(F.normalize(image.float(), dim=-1))
+    images = batch["images"]
+    negatives = batch.get("negative_images")
+    if negatives is not None:
+        images = torch.cat([images, negatives])
+    image, text, scale = model(images, tokens.view(b * t, length))
+    image = F.normalize(image.float(), dim=-1)
+    image_negatives = None
+    if negatives is not None:
+        image, image_negatives = image[:b], image[b:]
+        image_negatives = gather_with_grad(image_negatives)[gather_with_grad(batch["negative_mask"])]
     text = gather_with_grad(F.normalize(text.float(), dim=-1).view(b, t, -1))
-    return image, text, gather_with_grad(mask), scale
+    return gather_with_grad(image), text, gather_with_grad(mask), scale, image_negatives
 
 
 def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bool = False
                      ) -> tuple[torch.Tensor, dict[str, float]]:
-    image, text, mask, scale = encode_pairs(model, batch)
+    image, text, mask, scale, image_negatives = encode_pairs(model, batch)
     caption_ids = gather_with_grad(batch["caption_ids"]) if mask_same_captions else None
-    return negclip_loss(image, text, mask, scale, caption_ids), {"negatives": float(mask[:, 1:].sum()) / len(mask)}
+    parts = {"negatives": float(mask[:, 1:].sum()) / len(mask)}
+    if image_negatives is not None:
+        parts["image_negatives"] = len(image_negatives) / len(mask)
+    return negclip_loss(image, text, mask, scale, caption_ids, image_negatives), parts
 
 
 def clamp_logit_scale(pair: PairEncoder) -> None:
@@ -176,6 +209,8 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError(f"train_clip 'out' must end in .safetensors, got {cfg.out!r}")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
+    if cfg.image_negatives == "world" and not cfg.scenes:
+        raise ConfigError("image_negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.pool_position_std is not None and cfg.init:
         raise ConfigError("pool_position_std redraws weights a pretrained model has learned; use it without 'init'")
     if unknown_axes := sorted(set(cfg.mirror_axes) - set(AXES)):

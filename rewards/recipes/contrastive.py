@@ -26,24 +26,31 @@ def info_nce(image: torch.Tensor, text: torch.Tensor, logit_scale: torch.Tensor)
 
 
 def negclip_loss(image: torch.Tensor, text: torch.Tensor, mask: torch.Tensor, logit_scale: torch.Tensor,
-                 caption_ids: torch.Tensor | None = None) -> torch.Tensor:
+                 caption_ids: torch.Tensor | None = None, image_negatives: torch.Tensor | None = None
+                 ) -> torch.Tensor:
     """CLIP loss with hard text negatives (NegCLIP): image [B, d], text [B, T, d] normalised with
     text[:, 0] the image's caption and text[:, 1:] captions false of it (mask [B, T] marks real
     texts). Image->text ranks every caption and every hard negative of the batch; text->image ranks
     the images for each caption (a negative describes no image, so it has no row of its own).
 
     `caption_ids` [B] marks rows whose captions are the same text: such a caption is true of both
-    images, so neither counts as the other's negative (else the loss asks for the impossible)."""
+    images, so neither counts as the other's negative (else the loss asks for the impossible).
+    `image_negatives` [N, d] are pictures that no caption of the batch is true of (each one
+    edits a fact its own image's caption states): text->image also ranks every caption against
+    them."""
     captions = text[:, 0]
     negatives = text[:, 1:][mask[:, 1:]]
     scale = logit_scale.exp()
     target = torch.arange(len(image), device=image.device)
     image_to_text = scale * image @ torch.cat([captions, negatives]).t()
     text_to_image = scale * captions @ image.t()
+    if image_negatives is not None and len(image_negatives):
+        text_to_image = torch.cat([text_to_image, scale * captions @ image_negatives.t()], dim=1)
     if caption_ids is not None:
         twins = (caption_ids[:, None] == caption_ids[None, :]) & ~torch.eye(len(image), dtype=torch.bool,
                                                                               device=image.device)
-        text_to_image = text_to_image.masked_fill(twins, float("-inf"))
+        text_to_image = torch.cat([text_to_image[:, : len(image)].masked_fill(twins, float("-inf")),
+                                   text_to_image[:, len(image):]], dim=1)
         image_to_text = torch.cat([image_to_text[:, : len(image)].masked_fill(twins, float("-inf")),
                                    image_to_text[:, len(image):]], dim=1)
     return (F.cross_entropy(image_to_text, target) + F.cross_entropy(text_to_image, target)) / 2

@@ -15,9 +15,10 @@ import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from features.clip_models.tokens import ClipTokenizer
@@ -74,7 +75,18 @@ def load_split(dataset: str, images_root: str, split: str, limit: int = 0, need_
 TextsFor = Callable[[int, random.Random], list[str]]
 
 
-View = tuple[int, "torch.Tensor | None", list[str], str]  # (row, image tensor, its texts, error)
+ImageNegativeFor = Callable[[int, random.Random, str], "Image.Image | None"]
+
+
+class View(NamedTuple):
+    """One view of an image: its row, pixels, texts, a decoding error (else "") and, with image
+    negatives, a picture that its first text is false of (None when there is none)."""
+
+    row: int
+    image: torch.Tensor | None
+    texts: list[str]
+    error: str
+    negative: torch.Tensor | None = None
 
 
 class TextsDataset(Dataset):
@@ -84,9 +96,10 @@ class TextsDataset(Dataset):
     one DataError naming the file instead of a worker traceback."""
 
     def __init__(self, split: Split, transform: Callable, texts: TextsFor, seed: int, mirror: MirrorMode = "none",
-                 mirror_axes: tuple[str, ...] = ("horizontal",)):
+                 mirror_axes: tuple[str, ...] = ("horizontal",), image_negative: ImageNegativeFor | None = None):
         self.split, self.transform, self.texts, self.seed = split, transform, texts, seed
         self.mirror, self.mirror_axes = mirror, tuple(mirror_axes)
+        self.image_negative = image_negative
         self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()  # seen by persistent workers too
 
     @property
@@ -105,16 +118,23 @@ class TextsDataset(Dataset):
             image = open_rgb(self.split.paths[row])
         except IMAGE_ERRORS as exc:
             path = self.split.paths[row]
-            return [(row, None, [], f"image id {self.split.image_ids[row]}: cannot read {path}: {exc}")]
+            return [View(row, None, [], f"image id {self.split.image_ids[row]}: cannot read {path}: {exc}")]
         texts = self.texts(row, rng)
+        negative = self.image_negative(row, rng, texts[0]) if self.image_negative and texts else None
         if self.mirror == "none":
-            return [(row, self.transform(image), texts, "")]
+            return [self._view(row, image, texts, negative, ())]
         if self.mirror == "random":
-            axes = random_axes(self.mirror_axes, rng)
-            return [(row, self.transform(mirror_image(image, axes)), [mirror_text(t, axes) for t in texts], "")]
+            return [self._view(row, image, texts, negative, random_axes(self.mirror_axes, rng))]
         axes = twin_axes(texts, self.mirror_axes, rng)
-        return [(row, self.transform(image), texts, ""),
-                (row, self.transform(mirror_image(image, axes)), [mirror_text(t, axes) for t in texts], "")]
+        return [self._view(row, image, texts, negative, ()), self._view(row, image, texts, negative, axes)]
+
+    def _view(self, row: int, image: Image.Image, texts: list[str], negative: Image.Image | None,
+              axes: tuple[str, ...]) -> View:
+        """The view flipped along `axes` (none: as it is), its texts rewritten to match."""
+        if axes:
+            image, texts = mirror_image(image, axes), [mirror_text(t, axes) for t in texts]
+            negative = mirror_image(negative, axes) if negative is not None else None
+        return View(row, self.transform(image), texts, "", None if negative is None else self.transform(negative))
 
 
 class TextBatcher:
@@ -128,24 +148,28 @@ class TextBatcher:
 
     def __call__(self, images: list[list[View]]) -> dict:
         items = [view for views in images for view in views]
-        errors = [error for *_, error in items if error]
+        errors = [view.error for view in items if view.error]
         if errors:
             return {"errors": errors}
-        per_image = max(len(texts) for _, _, texts, _ in items)
-        flat = [t for _, _, texts, _ in items for t in texts]
+        per_image = max(len(view.texts) for view in items)
+        flat = [t for view in items for t in view.texts]
         ids = self.tokenizer.ids(flat)
         length = max(len(t) for t in ids)
         tokens = torch.zeros(len(items), per_image, length, dtype=torch.long)
         mask = torch.zeros(len(items), per_image, dtype=torch.bool)
         k = 0
-        for b, (_, _, texts, _) in enumerate(items):
-            for t in range(len(texts)):
+        for b, view in enumerate(items):
+            for t in range(len(view.texts)):
                 tokens[b, t, : len(ids[k])] = torch.tensor(ids[k], dtype=torch.long)
                 mask[b, t] = True
                 k += 1
-        caption_ids = [text_id(texts[0] if texts else "") for _, _, texts, _ in items]
-        return {"rows": torch.tensor([row for row, *_ in items]), "images": torch.stack([i for _, i, _, _ in items]),
-                "tokens": tokens, "mask": mask, "caption_ids": torch.tensor(caption_ids), "errors": []}
+        caption_ids = [text_id(view.texts[0] if view.texts else "") for view in items]
+        batch = {"rows": torch.tensor([view.row for view in items]), "images": torch.stack([v.image for v in items]),
+                 "tokens": tokens, "mask": mask, "caption_ids": torch.tensor(caption_ids), "errors": []}
+        if any(view.negative is not None for view in items):
+            batch["negative_images"] = torch.stack([v.image if v.negative is None else v.negative for v in items])
+            batch["negative_mask"] = torch.tensor([view.negative is not None for view in items])
+        return batch
 
 
 def text_id(text: str) -> int:
@@ -184,5 +208,5 @@ def _no_texts(row: int, rng: random.Random) -> list[str]:
 
 def _images_only(images: list[list[View]]) -> tuple[torch.Tensor | None, list[str]]:
     items = [view for views in images for view in views]
-    errors = [error for *_, error in items if error]
-    return (None, errors) if errors else (torch.stack([image for _, image, _, _ in items]), [])
+    errors = [view.error for view in items if view.error]
+    return (None, errors) if errors else (torch.stack([view.image for view in items]), [])
