@@ -96,3 +96,19 @@ def test_image_negatives_enter_text_to_image_only():
     with_negatives = negclip_loss(image, text, mask, scale, image_negatives=close)
     assert with_negatives > plain
     assert torch.equal(negclip_loss(image, text, mask, scale, image_negatives=close[:0]), plain)
+
+
+def test_scene_labels_name_every_object_with_its_facts(tiny_world):
+    """The pretraining labels (rewards.recipes.scene_labels) decode back to the scene."""
+    from rewards.recipes.scene_labels import BACKGROUNDS, COUNTS, KINDS, LABELS, PER_KIND, scene_label
+
+    for scene in load_scenes(tiny_world / "scenes.json").values():
+        label = scene_label(scene)
+        assert label.shape == (LABELS,) and float(label.sum()) == 4 * len(scene.objects) + 2
+        per_kind = label[: len(KINDS) * len(PER_KIND)].view(len(KINDS), len(PER_KIND))
+        decoded = {(KINDS[k], *(PER_KIND[j] for j in range(1, len(PER_KIND)) if per_kind[k, j]))
+                   for k in range(len(KINDS)) if per_kind[k, 0]}
+        assert decoded == {((o.shape, o.color), o.size, o.texture, o.place) for o in scene.objects}
+        rest = label[len(KINDS) * len(PER_KIND):]
+        assert BACKGROUNDS[int(rest[: len(BACKGROUNDS)].argmax())] == scene.background
+        assert COUNTS[int(rest[len(BACKGROUNDS):].argmax())] == len(scene.objects)

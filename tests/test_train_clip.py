@@ -58,6 +58,9 @@ def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
                             "--out", str(tmp_path / "x.safetensors"), "--set", "image_negatives=world"]) == 2
     assert "image_negatives: world needs 'scenes'" in capsys.readouterr().err
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(tmp_path / "x.safetensors"), "--set", "vision_pretrain_epochs=2"]) == 2
+    assert "vision_pretrain_epochs needs 'scenes'" in capsys.readouterr().err
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.pt")]) == 2
     assert train_clip.main(["--dataset", str(tmp_path / "none.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.safetensors")]) == 2
@@ -87,8 +90,9 @@ def test_scst_with_clip_s_alone_end_to_end(tiny_world, world_clip, tmp_path):
 
 
 def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch):
-    """With hard text and image negatives: what each image gets in an epoch is seeded by (seed,
-    epoch, row), so the resumed run draws the same negatives."""
+    """With hard text and image negatives after a finished pretraining stage: what each image gets
+    in an epoch is seeded by (seed, epoch, row), so the resumed run draws the same negatives, and
+    the finished stage's weights come back from its state."""
     from safetensors.torch import load_file
 
     def run(out, interrupt_at: int | None = None):
@@ -105,7 +109,7 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
         return train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                                 "--out", str(out), "--epochs", "2", "--set", "batch_size=16", "--set", "workers=0",
                                 "--scenes", str(tiny_world / "scenes.json"), "--negatives", "world",
-                                "--set", "image_negatives=world"])
+                                "--set", "image_negatives=world", "--set", "vision_pretrain_epochs=1"])
 
     assert run(tmp_path / "once.safetensors") == 0
     assert run(tmp_path / "twice.safetensors", interrupt_at=2) == 130  # stopped during epoch 2
@@ -114,7 +118,8 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
     once, twice = load_file(str(tmp_path / "once.safetensors")), load_file(str(tmp_path / "twice.safetensors"))
     assert all(torch.equal(once[k], twice[k]) for k in once)
     logged = [json.loads(line) for line in (tmp_path / "once.metrics.jsonl").read_text().splitlines()]
-    assert all(r["negatives"] > 1.5 and r["image_negatives"] > 0.9 for r in logged), logged  # both kinds were used
+    assert [r["stage"] for r in logged] == ["vision", "clip", "clip"]
+    assert all(r["negatives"] > 1.5 and r["image_negatives"] > 0.9 for r in logged[1:]), logged  # both kinds used
 
 
 def test_two_processes_give_the_loss_curve_of_one(tiny_world, tmp_path):

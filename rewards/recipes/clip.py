@@ -37,6 +37,7 @@ from rewards.recipes.data import CaptionKind, Split, TextBatcher, TextsDataset, 
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
+from rewards.recipes.scene_labels import LabelledImages, SceneProbe, collate_labelled, scene_label_step
 from rewards.recipes.training import finished_summary, save_weights
 
 MAX_LOGIT_SCALE = math.log(100.0)
@@ -56,6 +57,10 @@ class TrainClipConfig(RecipeConfig):
         "states changed, rendered and checked false of the caption by the world parser; needs `scenes`)")
     hard_negatives: int = option(3, help="hard negatives per image and step (with negatives: world)", at_least=0)
     negative_kinds: list[str] = option(factory=lambda: list(KINDS), help="the kinds of fact a negative may change")
+    vision_pretrain_epochs: int = option(
+        0, help="epochs of supervised pretraining of the image tower on the world's scene graphs (`scenes`, train "
+        "split) before the contrastive stage: a linear head predicts which objects (shape, colour) the image "
+        "holds with each one's size, texture and place, the background and the count (LiT-style)", at_least=0)
     pool_position_std: float | None = option(
         None, help="from scratch only: draw the ResNet attention pool's position embedding with this std (open_clip's "
         "is 1/sqrt(width), which trained features soon drown, leaving the pool blind to where things are)", above=0)
@@ -89,6 +94,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     image_negative = counterfactual_images(train, cfg.scenes) if cfg.image_negatives == "world" else None
     dataset = TextsDataset(train, loaded.preprocess, texts, cfg.seed, cfg.mirror, tuple(cfg.mirror_axes),
                            image_negative)
+    if cfg.vision_pretrain_epochs:
+        pretrain_vision(run, model, train, loaded.preprocess, cfg)
     pair = PairEncoder(model, clip_text_forward(model))
 
     def evaluate(epoch: int) -> dict:
@@ -107,6 +114,15 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary
+
+
+def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, cfg: TrainClipConfig) -> None:
+    """The image tower trained to predict the scene labels (rewards.recipes.scene_labels); the head
+    is dropped afterwards, the tower keeps what it learned."""
+    probe = SceneProbe(model.visual, int(model.visual.output_dim))
+    dataset = LabelledImages(train, transform, load_scenes(cfg.scenes))
+    run.fit(probe, dataset, collate_labelled, scene_label_step,
+            Stage("vision", cfg.vision_pretrain_epochs, cfg.lr, cfg.warmup_steps))
 
 
 def widen_pool_positions(model: torch.nn.Module, std: float, seed: int) -> None:
@@ -209,6 +225,8 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError(f"train_clip 'out' must end in .safetensors, got {cfg.out!r}")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
+    if cfg.vision_pretrain_epochs and not cfg.scenes:
+        raise ConfigError("vision_pretrain_epochs needs 'scenes' (the world's scenes.json: the labels)")
     if cfg.image_negatives == "world" and not cfg.scenes:
         raise ConfigError("image_negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.pool_position_std is not None and cfg.init:

@@ -1,0 +1,93 @@
+"""Supervised pretraining of an image tower on the world's scene graphs (LiT-style: contrastive
+training then starts from an image tower that already sees the scene).
+
+Each train image's label vector says which objects it holds, named by (shape, colour), and for each
+of them its size, texture and place on the 3x3 grid, plus the background and the object count. A
+linear head on the image embedding predicts every bit (binary cross-entropy), so the embedding
+must carry which attribute belongs to which object and where each one is. Labels come from
+scenes.json on the train split only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from features.images import IMAGE_ERRORS, open_rgb
+from features.world import lexicon
+from features.world.scene import Scene
+from rewards.recipes.data import Split
+
+KINDS = [(shape, color) for shape in lexicon.SHAPES for color in lexicon.COLORS]
+PLACES = list(lexicon.PLACES.values())
+PER_KIND = ["present", *lexicon.SIZES, *lexicon.TEXTURES, *PLACES]
+BACKGROUNDS = list(lexicon.BACKGROUNDS)
+COUNTS = [1, 2, 3, 4]
+LABELS = len(KINDS) * len(PER_KIND) + len(BACKGROUNDS) + len(COUNTS)
+
+
+def scene_label(scene: Scene) -> torch.Tensor:
+    """The scene's label vector [LABELS] of 0/1."""
+    label = torch.zeros(LABELS)
+    for obj in scene.objects:
+        base = KINDS.index((obj.shape, obj.color)) * len(PER_KIND)
+        for fact in ("present", obj.size, obj.texture, obj.place):
+            label[base + PER_KIND.index(fact)] = 1.0
+    rest = len(KINDS) * len(PER_KIND)
+    label[rest + BACKGROUNDS.index(scene.background)] = 1.0
+    if len(scene.objects) in COUNTS:
+        label[rest + len(BACKGROUNDS) + COUNTS.index(len(scene.objects))] = 1.0
+    return label
+
+
+class LabelledImages(Dataset):
+    """(row, image tensor, label) per train image; a decoding error comes back as data."""
+
+    def __init__(self, split: Split, transform: Callable, scenes: dict[int, Scene]):
+        self.split, self.transform = split, transform
+        self.labels = [scene_label(scenes[image_id]) for image_id in split.image_ids]
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def set_epoch(self, epoch: int) -> None:  # the loop's hook; nothing here depends on the epoch
+        pass
+
+    def __getitem__(self, row: int) -> tuple[torch.Tensor | None, torch.Tensor, str]:
+        try:
+            return self.transform(open_rgb(self.split.paths[row])), self.labels[row], ""
+        except IMAGE_ERRORS as exc:
+            return None, self.labels[row], f"image id {self.split.image_ids[row]}: cannot read " \
+                                           f"{self.split.paths[row]}: {exc}"
+
+
+def collate_labelled(items: list[tuple]) -> dict:
+    errors = [error for *_, error in items if error]
+    if errors:
+        return {"errors": errors}
+    return {"images": torch.stack([image for image, _, _ in items]),
+            "labels": torch.stack([label for _, label, _ in items]), "errors": []}
+
+
+class SceneProbe(torch.nn.Module):
+    """An image tower with a linear head onto the scene labels."""
+
+    def __init__(self, visual: torch.nn.Module, embed_dim: int):
+        super().__init__()
+        self.visual = visual
+        self.head = torch.nn.Linear(embed_dim, LABELS)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.visual(images))
+
+
+def scene_label_step(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+    """Binary cross-entropy summed over the labels, averaged over images."""
+    logits = model(batch["images"])
+    loss = F.binary_cross_entropy_with_logits(logits.float(), batch["labels"], reduction="sum") / len(logits)
+    with torch.no_grad():
+        exact = ((logits > 0) == (batch["labels"] > 0.5)).all(dim=1).float().mean()
+    return loss, {"exact_labels": float(exact)}
