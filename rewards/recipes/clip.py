@@ -119,7 +119,11 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
 def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, cfg: TrainClipConfig) -> None:
     """The image tower trained to predict the scene labels (rewards.recipes.scene_labels); the head
     is dropped afterwards, the tower keeps what it learned."""
-    probe = SceneProbe(model.visual, int(model.visual.output_dim))
+    width = getattr(model.visual, "output_dim", None)
+    if not isinstance(width, int):
+        raise ConfigError(f"vision_pretrain_epochs: cannot tell the output width of {cfg.arch}'s image tower "
+                          "(open_clip's ResNet and ViT towers have one)")
+    probe = SceneProbe(model.visual, width)
     dataset = LabelledImages(train, transform, load_scenes(cfg.scenes))
     run.fit(probe, dataset, collate_labelled, scene_label_step,
             Stage("vision", cfg.vision_pretrain_epochs, cfg.lr, cfg.warmup_steps))
