@@ -13,7 +13,7 @@ from PIL import Image
 
 from features.world import counterfactual as cf
 from features.world.parse import contradictions, parse_caption
-from features.world.scene import load_scenes, place_name, read_world_seed, relations_between
+from features.world.scene import load_scenes, load_world_scenes, place_name, relations_between
 from rewards.recipes.contrastive import negclip_loss
 from tests.test_negatives import _captions
 
@@ -71,8 +71,8 @@ def test_each_edit_changes_one_fact(tiny_world):
 
 
 def test_an_unedited_rerender_is_the_image_on_disk(tiny_world):
-    scenes = load_scenes(tiny_world / "scenes.json")
-    seed = read_world_seed(tiny_world / "scenes.json")
+    scenes, seed = load_world_scenes(tiny_world / "scenes.json")
+    assert seed == 7
     images = json.loads((tiny_world / "dataset.json").read_text())["images"]
     for image in images[:10]:
         scene = scenes[image["imgid"]]

@@ -138,17 +138,19 @@ def _free_spot(rng: np.random.Generator, image_size: int, radius: float,
     return None
 
 
-def read_world_seed(path: str | Path) -> int | None:
-    """The generator seed a scenes.json records (None when it records none)."""
-    seed = json.loads(Path(path).read_text(encoding="utf-8")).get("seed")
-    return seed if isinstance(seed, int) else None
-
-
 def load_scenes(path: str | Path) -> dict[int, Scene]:
+    return load_world_scenes(path)[0]
+
+
+def load_world_scenes(path: str | Path) -> tuple[dict[int, Scene], int | None]:
+    """The scene graphs of a scenes.json by image id, and the generator seed it records (None when
+    it records none), from one read of the file."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return {int(k): Scene.from_json(v) for k, v in data["images"].items()}
+        scenes = {int(k): Scene.from_json(v) for k, v in data["images"].items()}
     except FileNotFoundError:
         raise DataError(f"{path}: scenes file not found") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{path}: not a world scenes.json: {exc}") from None
+    seed = data.get("seed")
+    return scenes, seed if isinstance(seed, int) else None

@@ -28,7 +28,7 @@ from features.clip_models.tokens import ClipTokenizer
 from features.world.counterfactual import counterfactual, rerender
 from features.world.negatives import KINDS, hard_negatives
 from features.world.parse import parse_caption
-from features.world.scene import load_scenes, read_world_seed
+from features.world.scene import Scene, load_world_scenes
 from plumbing.atomic import write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
@@ -90,12 +90,13 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
                        need_long=cfg.captions == "long", allow_outside_root=cfg.allow_outside_root)
     val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                      allow_outside_root=cfg.allow_outside_root)
-    texts = caption_texts(train, cfg.captions, cfg)
-    image_negative = counterfactual_images(train, cfg.scenes) if cfg.image_negatives == "world" else None
+    scenes, world_seed = load_world_scenes(cfg.scenes) if cfg.scenes else ({}, None)
+    texts = caption_texts(train, cfg.captions, cfg, scenes)
+    image_negative = counterfactual_images(train, scenes, world_seed) if cfg.image_negatives == "world" else None
     dataset = TextsDataset(train, loaded.preprocess, texts, cfg.seed, cfg.mirror, tuple(cfg.mirror_axes),
                            image_negative)
     if cfg.vision_pretrain_epochs:
-        pretrain_vision(run, model, train, loaded.preprocess, cfg)
+        pretrain_vision(run, model, train, loaded.preprocess, scenes, cfg)
     pair = PairEncoder(model, clip_text_forward(model))
 
     def evaluate(epoch: int) -> dict:
@@ -116,7 +117,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     return summary
 
 
-def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, cfg: TrainClipConfig) -> None:
+def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, scenes: dict[int, Scene],
+                    cfg: TrainClipConfig) -> None:
     """The image tower trained to predict the scene labels (rewards.recipes.scene_labels); the head
     is dropped afterwards, the tower keeps what it learned."""
     width = getattr(model.visual, "output_dim", None)
@@ -124,7 +126,7 @@ def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transf
         raise ConfigError(f"vision_pretrain_epochs: cannot tell the output width of {cfg.arch}'s image tower "
                           "(open_clip's ResNet and ViT towers have one)")
     probe = SceneProbe(model.visual, width)
-    dataset = LabelledImages(train, transform, load_scenes(cfg.scenes))
+    dataset = LabelledImages(train, transform, scenes)
     run.fit(probe, dataset, collate_labelled, scene_label_step,
             Stage("vision", cfg.vision_pretrain_epochs, cfg.lr, cfg.warmup_steps))
 
@@ -141,15 +143,14 @@ def widen_pool_positions(model: torch.nn.Module, std: float, seed: int) -> None:
         pool.positional_embedding.normal_(0.0, std, generator=torch.Generator().manual_seed(seed))
 
 
-def caption_texts(split: Split, kind: CaptionKind, cfg: TrainClipConfig):
+def caption_texts(split: Split, kind: CaptionKind, cfg: TrainClipConfig, scenes: dict[int, Scene]):
     """texts(row, rng): one caption from the image's pool, then its hard negatives."""
     pools = split.pool(kind)
-    scenes = load_scenes(cfg.scenes) if cfg.negatives == "world" else None
     kinds = tuple(cfg.negative_kinds)
 
     def texts(row: int, rng: random.Random) -> list[str]:
         caption = pick(pools[row], rng)
-        if scenes is None or not cfg.hard_negatives:
+        if cfg.negatives != "world" or not cfg.hard_negatives:
             return [caption]
         scene = scenes[split.image_ids[row]]
         return [caption, *(n.text for n in hard_negatives(caption, scene, rng, cfg.hard_negatives, kinds))]
@@ -157,11 +158,9 @@ def caption_texts(split: Split, kind: CaptionKind, cfg: TrainClipConfig):
     return texts
 
 
-def counterfactual_images(split: Split, scenes_path: str):
+def counterfactual_images(split: Split, scenes: dict[int, Scene], world_seed: int | None):
     """image_negative(row, rng, caption): the row's scene with one fact the caption states changed,
     drawn with the original's background and noise (None when no edit contradicts the caption)."""
-    scenes = load_scenes(scenes_path)
-    world_seed = read_world_seed(scenes_path)
 
     def image_negative(row: int, rng: random.Random, caption: str):
         image_id = split.image_ids[row]
