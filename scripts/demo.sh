@@ -27,12 +27,12 @@ python -m features.extract --config configs/features_patches.yaml --dataset "$OU
   --images-root "$OUT/world" --out "$OUT/feats/patches.h5"
 finish "features"
 
-stage "world CLIP (ResNet tower, contrastive with world hard negatives, 12 epochs) -> $OUT/reward_models/world_clip.safetensors"
+stage "world CLIP (ResNet tower: 20 epochs on the scene graphs, then 10 contrastive with world hard negatives) -> $OUT/reward_models/world_clip.safetensors"
 python -m rewards.train_clip --config configs/reward_models/world_clip.yaml
 finish "world-clip"
 
 stage "reward-model image embeddings -> $OUT/embeds/clip.h5"
-python -m features.extract --backbone open_clip:world-clip-rn \
+python -m features.extract --backbone open_clip:world-clip-rn16 \
   --pretrained "$OUT/reward_models/world_clip.safetensors" --dataset "$OUT/world/dataset.json" \
   --images-root "$OUT/world" --embeds-out "$OUT/embeds/clip.h5"
 finish "embeds"
@@ -43,7 +43,7 @@ python -m features.extract --backbone longclip --pretrained "$OUT/reward_models/
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/specs.h5"
 finish "specs"
 
-stage "L-CLIP (distilled from the world CLIP; demo length: 4 + 1 epochs) -> $OUT/reward_models/world_lclip.ckpt"
+stage "L-CLIP (distilled from the world CLIP; demo length: 20 scene-graph + 4 + 1 epochs) -> $OUT/reward_models/world_lclip.ckpt"
 python -m rewards.distill_lclip --config configs/reward_models/world_lclip.yaml \
   --set stage1_epochs=4 --set stage2_epochs=1
 python -m features.extract --backbone lclip --pretrained "$OUT/reward_models/world_lclip.ckpt" \

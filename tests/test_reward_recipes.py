@@ -148,6 +148,23 @@ def test_distill_round_trips_and_shrinks(tiny_world, teacher_file, tmp_path):
     assert {"student_i2t_r1", "teacher_i2t_r1", "student_match_acc"} <= set(summary)
 
 
+def test_distill_pretrains_the_students_image_tower_first(tiny_world, teacher_file, tmp_path):
+    """vision_pretrain_epochs: a scene-label stage on the student's image tower, logged before the two
+    distillation stages; the checkpoint still loads through the lclip loader, and the stage needs scenes."""
+    settings = dict(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+                    stage1_epochs=1, stage2_epochs=1, batch_size=16, workers=0, vision_pretrain_epochs=2)
+    with pytest.raises(ConfigError, match="vision_pretrain_epochs needs 'scenes'"):
+        distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, out=str(tmp_path / "x.ckpt")),
+                                    progress=False)
+    out = tmp_path / "pre.ckpt"
+    distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, out=str(out), negatives="world",
+                                                            scenes=str(tiny_world / "scenes.json")), progress=False)
+    logged = [json.loads(line) for line in out.with_suffix(".log.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in logged] == ["vision", "vision", "stage1", "stage2"]
+    assert logged[1]["train_loss"] < logged[0]["train_loss"]  # the labels are learned from
+    load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
+
+
 def test_recipe_bad_inputs(tiny_world, teacher_file, tmp_path):
     no_units = json.loads((tiny_world / "dataset.json").read_text())
     for image in no_units["images"]:

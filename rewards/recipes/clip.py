@@ -37,7 +37,7 @@ from rewards.recipes.data import CaptionKind, Split, TextBatcher, TextsDataset, 
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
-from rewards.recipes.scene_labels import LabelledImages, SceneProbe, collate_labelled, scene_label_step
+from rewards.recipes.scene_labels import pretrain_on_scene_labels
 from rewards.recipes.training import finished_summary, save_weights
 
 MAX_LOGIT_SCALE = math.log(100.0)
@@ -119,16 +119,14 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
 
 def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, scenes: dict[int, Scene],
                     cfg: TrainClipConfig) -> None:
-    """The image tower trained to predict the scene labels (rewards.recipes.scene_labels); the head
-    is dropped afterwards, the tower keeps what it learned."""
+    """The image tower trained to predict the scene labels (rewards.recipes.scene_labels) before
+    the contrastive stage."""
     width = getattr(model.visual, "output_dim", None)
     if not isinstance(width, int):
         raise ConfigError(f"vision_pretrain_epochs: cannot tell the output width of {cfg.arch}'s image tower "
                           "(open_clip's ResNet and ViT towers have one)")
-    probe = SceneProbe(model.visual, width)
-    dataset = LabelledImages(train, transform, scenes)
-    run.fit(probe, dataset, collate_labelled, scene_label_step,
-            Stage("vision", cfg.vision_pretrain_epochs, cfg.lr, cfg.warmup_steps))
+    pretrain_on_scene_labels(run, model.visual, width, train, transform, scenes,
+                             Stage("vision", cfg.vision_pretrain_epochs, cfg.lr, cfg.warmup_steps))
 
 
 def widen_pool_positions(model: torch.nn.Module, std: float, seed: int) -> None:

@@ -26,7 +26,7 @@ from features.clip_models.lclip import LClip, LClipConfig, stem_stride
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.tokens import ClipTokenizer
 from features.world.negatives import KINDS, hard_negatives
-from features.world.scene import load_scenes
+from features.world.scene import Scene, load_scenes
 from plumbing.atomic import atomic_path, write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
@@ -35,6 +35,7 @@ from rewards.recipes.contrastive import embed_texts, gather_with_grad, recall_at
 from rewards.recipes.data import Split, TextBatcher, TextsDataset, embed_split_images, load_split, pick
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
+from rewards.recipes.scene_labels import pretrain_on_scene_labels
 from rewards.recipes.training import finished_summary
 
 
@@ -62,6 +63,10 @@ class DistillConfig(RecipeConfig):
     sr_weight: float = option(1.0, help="weight of the similarity-regulator loss in stage 2", at_least=0)
     negatives: Literal["none", "world"] = option("none", help="also distil on hard text negatives: none or world")
     hard_negatives: int = option(2, help="hard negatives per image and step (with negatives: world)", at_least=0)
+    vision_pretrain_epochs: int = option(
+        0, help="epochs of supervised pretraining of the student's image tower on the world's scene graphs "
+        "(`scenes`, train split) before stage 1, as train_clip's option of that name: the student then starts "
+        "from a tower that already sees shapes, which L_D alone does not teach it", at_least=0)
 
 
 def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
@@ -166,13 +171,17 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
                        allow_outside_root=cfg.allow_outside_root)
     val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                      allow_outside_root=cfg.allow_outside_root)
-    dataset = TextsDataset(train, loaded.preprocess, distill_texts(train, cfg), cfg.seed)
+    scenes = load_scenes(cfg.scenes) if cfg.negatives == "world" or cfg.vision_pretrain_epochs else {}
+    dataset = TextsDataset(train, loaded.preprocess, distill_texts(train, cfg, scenes), cfg.seed)
     teacher_pair = PairEncoder(teacher, clip_text_forward(teacher))
     pair = PairEncoder(student, student.encode_text)
 
     def evaluate(epoch: int) -> dict:
         return compare_on_val(teacher, student, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
 
+    if cfg.vision_pretrain_epochs:
+        pretrain_on_scene_labels(run, student.image_encoder, student.config.embed_dim, train, loaded.preprocess,
+                                 scenes, Stage("vision", cfg.vision_pretrain_epochs, cfg.lr, cfg.warmup_steps))
     record: dict = {}
     steps = max(1, len(train) // cfg.batch_size) * cfg.stage1_epochs
     stages = (Stage("stage1", cfg.stage1_epochs, cfg.lr, min(50, steps // 10 + 1)),
@@ -198,15 +207,14 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     return summary
 
 
-def distill_texts(train: Split, cfg: DistillConfig):
+def distill_texts(train: Split, cfg: DistillConfig, scenes: dict[int, Scene]):
     """texts(row, rng): one caption of the image, and hard negatives of it (the student learns how the
     teacher tells them apart)."""
     pools = train.pool("both")
-    scenes = load_scenes(cfg.scenes) if cfg.negatives == "world" else None
 
     def texts(row: int, rng: random.Random) -> list[str]:
         caption = pick(pools[row], rng)
-        if scenes is None or not cfg.hard_negatives:
+        if cfg.negatives != "world" or not cfg.hard_negatives:
             return [caption]
         negatives = hard_negatives(caption, scenes[train.image_ids[row]], rng, cfg.hard_negatives, KINDS)
         return [caption, *(n.text for n in negatives)]
@@ -283,3 +291,5 @@ def _validate(cfg: DistillConfig) -> None:
             raise ConfigError(f"{key} ({getattr(cfg, key)}) must be a multiple of repeats ({cfg.repeats})")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
+    if cfg.vision_pretrain_epochs and not cfg.scenes:
+        raise ConfigError("vision_pretrain_epochs needs 'scenes' (the world's scenes.json: the labels)")

@@ -20,6 +20,7 @@ from features.images import IMAGE_ERRORS, open_rgb
 from features.world import lexicon
 from features.world.scene import Scene
 from rewards.recipes.data import Split
+from rewards.recipes.loop import RecipeRun, Stage
 
 KINDS = [(shape, color) for shape in lexicon.SHAPES for color in lexicon.COLORS]
 PLACES = list(lexicon.PLACES.values())
@@ -91,3 +92,11 @@ def scene_label_step(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor,
     with torch.no_grad():
         exact = ((logits > 0) == (batch["labels"] > 0.5)).all(dim=1).float().mean()
     return loss, {"exact_labels": float(exact)}
+
+
+def pretrain_on_scene_labels(run: RecipeRun, visual: torch.nn.Module, width: int, split: Split, transform: Callable,
+                             scenes: dict[int, Scene], stage: Stage) -> None:
+    """Train an image tower (output width `width`) to predict the scene labels, as its own resumable
+    stage of `run`; the head is dropped afterwards, the tower keeps what it learned."""
+    probe = SceneProbe(visual, width)
+    run.fit(probe, LabelledImages(split, transform, scenes), collate_labelled, scene_label_step, stage)
