@@ -167,3 +167,21 @@ def test_pool_position_std_redraws_the_resnet_pool_positions_and_is_refused_else
     assert train_clip.main([*base, "--arch", "world-clip-rn", "--init", str(out), "--out",
                             str(tmp_path / "again.safetensors")]) == 2
     assert "use it without 'init'" in capsys.readouterr().err
+
+
+def test_lock_image_tower_keeps_the_image_tower_as_it_starts(tiny_world, tmp_path):
+    """LiT: from a trained ResNet CLIP, every image-tower tensor (batch-norm statistics included)
+    comes out as it went in, while the text tower trains."""
+    from safetensors.torch import load_file
+
+    base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world), "--epochs", "1",
+            "--arch", "world-clip-rn", "--set", "batch_size=16", "--set", "workers=0"]
+    start = tmp_path / "start.safetensors"
+    assert train_clip.main([*base, "--out", str(start)]) == 0
+    locked = tmp_path / "locked.safetensors"
+    assert train_clip.main([*base, "--init", str(start), "--out", str(locked), "--set", "lock_image_tower=true"]) == 0
+    before, after = load_file(str(start)), load_file(str(locked))
+    visual = [k for k in before if k.startswith("visual.")]
+    assert any("running_mean" in k for k in visual)
+    assert all(torch.equal(before[k], after[k]) for k in visual)
+    assert not torch.equal(before["token_embedding.weight"], after["token_embedding.weight"])

@@ -61,6 +61,9 @@ class TrainClipConfig(RecipeConfig):
         0, help="epochs of supervised pretraining of the image tower on the world's scene graphs (`scenes`, train "
         "split) before the contrastive stage: a linear head predicts which objects (shape, colour) the image "
         "holds with each one's size, texture and place, the background and the count (LiT-style)", at_least=0)
+    lock_image_tower: bool = option(
+        False, help="LiT: the contrastive stage trains the text tower and the temperature only, against an "
+        "image tower kept as it starts (from `init` or vision_pretrain_epochs)")
     pool_position_std: float | None = option(
         None, help="from scratch only: draw the ResNet attention pool's position embedding with this std (open_clip's "
         "is 1/sqrt(width), which trained features soon drown, leaving the pool blind to where things are)", above=0)
@@ -97,6 +100,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
                            image_negative)
     if cfg.vision_pretrain_epochs:
         pretrain_vision(run, model, train, loaded.preprocess, scenes, cfg)
+    if cfg.lock_image_tower:
+        lock(model.visual)
     pair = PairEncoder(model, clip_text_forward(model))
 
     def evaluate(epoch: int) -> dict:
@@ -127,6 +132,15 @@ def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transf
                           "(open_clip's ResNet and ViT towers have one)")
     pretrain_on_scene_labels(run, model.visual, width, train, transform, scenes,
                              Stage("vision", cfg.vision_pretrain_epochs, cfg.lr, cfg.warmup_steps))
+
+
+def lock(tower: torch.nn.Module) -> None:
+    """No gradients, and batch norms that stop tracking (their running statistics and batch count
+    stay, and eval still uses them): the tower comes out of training exactly as it went in."""
+    tower.requires_grad_(False)
+    for module in tower.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.track_running_stats = False
 
 
 def widen_pool_positions(model: torch.nn.Module, std: float, seed: int) -> None:

@@ -43,6 +43,8 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """No decay on gains, biases, embeddings and the temperature (as CLIP training does)."""
     decay, plain = [], []
     for name, param in model.named_parameters():
+        if not param.requires_grad:  # a locked tower (train_clip's lock_image_tower)
+            continue
         (decay if param.ndim >= 2 and "embedding" not in name else plain).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
 
