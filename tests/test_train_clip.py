@@ -185,3 +185,5 @@ def test_lock_image_tower_keeps_the_image_tower_as_it_starts(tiny_world, tmp_pat
     assert any("running_mean" in k for k in visual)
     assert all(torch.equal(before[k], after[k]) for k in visual)
     assert not torch.equal(before["token_embedding.weight"], after["token_embedding.weight"])
+    assert train_clip.main([*base, "--out", str(tmp_path / "random.safetensors"),
+                            "--set", "lock_image_tower=true"]) == 2  # nothing to keep: refused

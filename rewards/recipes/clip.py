@@ -244,6 +244,9 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError("vision_pretrain_epochs needs 'scenes' (the world's scenes.json: the labels)")
     if cfg.image_negatives == "world" and not cfg.scenes:
         raise ConfigError("image_negatives: world needs 'scenes' (the world's scenes.json)")
+    if cfg.lock_image_tower and not (cfg.init or cfg.vision_pretrain_epochs):
+        raise ConfigError("lock_image_tower keeps the image tower as it starts; a random one sees nothing: give "
+                          "'init' (trained weights) or vision_pretrain_epochs")
     if cfg.pool_position_std is not None and cfg.init:
         raise ConfigError("pool_position_std redraws weights a pretrained model has learned; use it without 'init'")
     if unknown_axes := sorted(set(cfg.mirror_axes) - set(AXES)):
