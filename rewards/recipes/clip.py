@@ -130,8 +130,7 @@ def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transf
     if not isinstance(width, int):
         raise ConfigError(f"vision_pretrain_epochs: cannot tell the output width of {cfg.arch}'s image tower "
                           "(open_clip's ResNet and ViT towers have one)")
-    pretrain_on_scene_labels(run, model.visual, width, train, transform, scenes,
-                             Stage("vision", cfg.vision_pretrain_epochs, cfg.lr, cfg.warmup_steps))
+    pretrain_on_scene_labels(run, model.visual, width, train, transform, scenes, cfg.vision_pretrain_epochs)
 
 
 def lock(tower: torch.nn.Module) -> None:

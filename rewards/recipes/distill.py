@@ -181,7 +181,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
 
     if cfg.vision_pretrain_epochs:
         pretrain_on_scene_labels(run, student.image_encoder, student.config.embed_dim, train, loaded.preprocess,
-                                 scenes, Stage("vision", cfg.vision_pretrain_epochs, cfg.lr, cfg.warmup_steps))
+                                 scenes, cfg.vision_pretrain_epochs)
     record: dict = {}
     steps = max(1, len(train) // cfg.batch_size) * cfg.stage1_epochs
     stages = (Stage("stage1", cfg.stage1_epochs, cfg.lr, min(50, steps // 10 + 1)),

@@ -95,8 +95,10 @@ def scene_label_step(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor,
 
 
 def pretrain_on_scene_labels(run: RecipeRun, visual: torch.nn.Module, width: int, split: Split, transform: Callable,
-                             scenes: dict[int, Scene], stage: Stage) -> None:
-    """Train an image tower (output width `width`) to predict the scene labels, as its own resumable
-    stage of `run`; the head is dropped afterwards, the tower keeps what it learned."""
+                             scenes: dict[int, Scene], epochs: int) -> None:
+    """Train an image tower (output width `width`) to predict the scene labels for `epochs`, as the
+    resumable stage "vision" of `run` at the recipe's lr and warmup; the head is dropped afterwards,
+    the tower keeps what it learned."""
     probe = SceneProbe(visual, width)
+    stage = Stage("vision", epochs, run.cfg.lr, run.cfg.warmup_steps)
     run.fit(probe, LabelledImages(split, transform, scenes), collate_labelled, scene_label_step, stage)
