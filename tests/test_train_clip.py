@@ -187,3 +187,25 @@ def test_lock_image_tower_keeps_the_image_tower_as_it_starts(tiny_world, tmp_pat
     assert not torch.equal(before["token_embedding.weight"], after["token_embedding.weight"])
     assert train_clip.main([*base, "--out", str(tmp_path / "random.safetensors"),
                             "--set", "lock_image_tower=true"]) == 2  # nothing to keep: refused
+
+
+def test_eval_every_skips_reports_but_not_training(tiny_world, tmp_path):
+    """Fewer val reports change the log, never the weights: a finished run is reused whatever
+    eval_every says."""
+    from safetensors.torch import load_file
+
+    def run(name: str, every: int) -> Path:
+        out = tmp_path / f"{name}.safetensors"
+        assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                                "--out", str(out), "--epochs", "3", "--set", "batch_size=16", "--set", "workers=0",
+                                "--set", f"eval_every={every}"]) == 0
+        return out
+
+    every, last = run("every", 1), run("last", 0)
+    assert all(torch.equal(a, b) for a, b in zip(load_file(str(every)).values(), load_file(str(last)).values(),
+                                                 strict=True))
+    logged = [json.loads(line) for line in last.with_suffix(".metrics.jsonl").read_text().splitlines()]
+    assert ["val_short_i2t_r1" in r for r in logged] == [False, False, True]
+    assert json.loads(last.with_suffix(".json").read_text())["val"]["val_short_i2t_r1"] >= 0
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(last), "--epochs", "3", "--set", "batch_size=16"]) == 0  # reused

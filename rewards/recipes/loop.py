@@ -50,6 +50,8 @@ class RecipeConfig:
     warmup_steps: int = option(50, help="linear warmup steps", at_least=0)
     max_train_images: int = option(0, help="use at most this many train images (0 = all)", at_least=0)
     max_val_images: int = option(500, help="val images for the end-of-epoch report", at_least=2)
+    eval_every: int = option(1, help="run the val report every N epochs of a stage and always after its last "
+                             "(0 = after the last only)", at_least=0)
     seed: int = option(0, help="random seed")
     device: str = option("auto", help="auto (the GPU when present) or cpu")
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] = option("auto", help="auto: bf16/fp16 on GPU, no on CPU")
@@ -174,12 +176,16 @@ class RecipeRun:
             sums = self._epoch(model, loader, optimizer, scheduler, loss_fn, after_step, f"{stage.name} {epoch + 1}/"
                                f"{stage.epochs}")
             record = {"stage": stage.name, "epoch": epoch + 1, **sums}
-            if evaluate is not None and self.is_main:
+            if evaluate is not None and self.is_main and self._evaluates(epoch + 1, stage.epochs):
                 record.update(evaluate(epoch))
             self._end_epoch(stage.name, epoch + 1, record)
         model = acc.unwrap_model(model)
         acc.free_memory()
         return {"model": model, "record": record}
+
+    def _evaluates(self, epoch: int, epochs: int) -> bool:
+        every = self.cfg.eval_every
+        return epoch == epochs or (every > 0 and epoch % every == 0)
 
     def _epoch(self, model, loader, optimizer, scheduler, loss_fn: LossFn, after_step, desc: str) -> dict:
         acc = self.accelerator
