@@ -112,3 +112,15 @@ def test_bad_checkpoints_name_the_keys(tmp_path):
         load_reward_model(RewardModelSpec(kind="lclip", weights=str(tmp_path / "lclip_missing.ckpt"), heads=2))
     with pytest.raises(ConfigError, match="unknown reward model kind"):
         load_reward_model(RewardModelSpec(kind="blip"))  # type: ignore[arg-type]
+
+
+def test_loading_a_model_leaves_the_random_stream_alone(tmp_path):
+    """A metric model loaded by an SCST run must not change which captions the run samples."""
+    weights = save_open_clip(tmp_path / "clip.safetensors")
+    lclip, _ = save_lclip(tmp_path / "lclip.ckpt")
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    load_reward_model(RewardModelSpec(arch=TINY_ARCH, weights=str(weights)))
+    load_reward_model(RewardModelSpec(kind="lclip", weights=str(lclip)))
+    assert torch.equal(torch.rand(4), expected)

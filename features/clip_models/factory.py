@@ -126,8 +126,14 @@ _BUILDERS = {"open_clip": _from_open_clip, "longclip": _from_longclip, "lclip": 
 
 
 def load_reward_model(spec: RewardModelSpec, device: str | torch.device = "cpu") -> RewardModel:
+    """The model `spec` names, on `device`. Building it draws a random init that its weights then
+    replace; those draws come from a forked generator, so loading a reward or metric model never
+    moves the caller's random stream (an SCST run samples the same captions whichever metrics it
+    loads)."""
     if spec.kind not in _BUILDERS:
         raise ConfigError(f"unknown reward model kind {spec.kind!r}; use one of {', '.join(_BUILDERS)}")
-    return _BUILDERS[spec.kind](spec).to(device)
+    with torch.random.fork_rng(devices=[]):  # models are built on the CPU, then moved
+        model = _BUILDERS[spec.kind](spec)
+    return model.to(device)
 
 
