@@ -4,7 +4,8 @@ Input formats (JSON lists; `references` may be omitted when --references gives t
 
   foil   {"image_id": 1, "caption": "...", "references": ["..."],
           "foils": [{"caption": "...", "kind": "shape"}, ...]}            (FOIL / OHD-Caps style)
-         optional "long_caption" on the item and its foils: scored as a second, "long" set
+         optional "long_caption" on the item and its foils: scored as a second, "long" set (a foil
+         with only one of the two is scored in that set only)
   pairs  {"image_id": 1, "candidates": ["...", "..."], "references": ["..."],
           "preference": 0 or 1, "category": "HC"}                        (Pascal-50S style)
   human  {"image_id": 1, "candidate": "...", "references": ["..."],
@@ -16,7 +17,10 @@ mean rating. A tie counts one half. Metrics come from the suite (--metrics, defa
 available); CLIP-family metrics need `reward_models` in --config (e.g. configs/scoring_world.yaml, with image
 embeddings for the ids).
 Prints a table, writes JSON (--out) and a markdown section (--markdown), both atomically.
-`world-foils` writes the offline world's foil file from scenes.json.
+`world-foils` writes the offline world's foil file from scenes.json: captions rendered from each
+scene with four foil kinds (--source rendered), or each image's own references with every kind the
+hard-negative builder makes (--source references: size, texture, binding, place, count and background
+too, in the references' wording).
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from features.world.foils import world_foils
+from features.world.foils import reference_foils, world_foils
 from features.world.scene import load_scenes
 from plumbing.atomic import write_json, write_text
 from plumbing.cli import add_config_flags, command, config_from_args
@@ -35,6 +40,7 @@ from plumbing.karpathy import load_dataset
 from plumbing.references import load_references
 from rewards.context import ScoringContext, ScoringSettings
 from rewards.meta.tasks import foil_accuracy, human_correlation, markdown, pair_accuracy
+from rewards.recipes.data import long_captions
 from rewards.suite import MetricSuite
 
 TASKS = {"foil": foil_accuracy, "pairs": pair_accuracy, "human": human_correlation}
@@ -57,6 +63,10 @@ class WorldFoilsConfig:
     split: str = option("test", help="the split whose images get foils")
     limit: int = option(0, help="at most this many images (0 = all)", at_least=0)
     seed: int = option(0, help="random seed of the foils")
+    source: Literal["rendered", "references"] = option(
+        "rendered", help="rendered: captions rendered from the scene, foils of shape, color, added and relation; "
+        "references: each image's first reference and long caption, one parser-checked foil per kind the "
+        "hard-negative builder can make")
     out: str = option("", help="the foil file to write")
 
 
@@ -75,8 +85,12 @@ def write_world_foils(cfg: WorldFoilsConfig) -> dict:
     entries = [e for e in load_dataset(cfg.dataset) if e.split == cfg.split]
     if cfg.limit:
         entries = entries[: cfg.limit]
-    items = world_foils(load_scenes(cfg.scenes), {e.image_id: e.raw_captions for e in entries},
-                        [e.image_id for e in entries], cfg.seed)
+    scenes, ids = load_scenes(cfg.scenes), [e.image_id for e in entries]
+    if cfg.source == "references":
+        items = reference_foils(scenes, {e.image_id: (e.raw_captions, long_captions(e)) for e in entries}, ids,
+                                cfg.seed)
+    else:
+        items = world_foils(scenes, {e.image_id: e.raw_captions for e in entries}, ids, cfg.seed)
     write_json(cfg.out, items, indent=1)
     return {"out": cfg.out, "items": len(items), "foils": sum(len(i["foils"]) for i in items)}
 

@@ -100,11 +100,27 @@ def test_image_negatives_enter_text_to_image_only():
 
 def test_scene_labels_name_every_object_with_its_facts(tiny_world):
     """The pretraining labels (rewards.recipes.scene_labels) decode back to the scene."""
-    from rewards.recipes.scene_labels import BACKGROUNDS, COUNTS, KINDS, LABELS, PER_KIND, scene_label
+    from rewards.recipes.scene_labels import (
+        BACKGROUNDS,
+        CELLS_AT,
+        COUNTS,
+        KINDS,
+        LABELS,
+        PER_CELL,
+        PER_KIND,
+        PLACES,
+        scene_label,
+    )
 
     for scene in load_scenes(tiny_world / "scenes.json").values():
         label = scene_label(scene)
-        assert label.shape == (LABELS,) and float(label.sum()) == 4 * len(scene.objects) + 2
+        assert label.shape == (LABELS,) and float(label[:CELLS_AT].sum()) == 4 * len(scene.objects) + 2
+        cells = label[CELLS_AT:].view(len(PLACES), len(PER_CELL))
+        for place, bits in zip(PLACES, cells, strict=True):
+            said = {PER_CELL[j] for j in range(len(PER_CELL)) if bits[j]}
+            there = [o for o in scene.objects if o.place == place]
+            truth = {"occupied"} | {o.shape for o in there} | {o.color for o in there} if there else set()
+            assert said == truth, (place, said, truth)
         per_kind = label[: len(KINDS) * len(PER_KIND)].view(len(KINDS), len(PER_KIND))
         decoded = {(KINDS[k], *(PER_KIND[j] for j in range(1, len(PER_KIND)) if per_kind[k, j]))
                    for k in range(len(KINDS)) if per_kind[k, 0]}

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from features.world.foils import world_foils
-from features.world.parse import parse_caption
+from features.world.foils import reference_foils, world_foils
+from features.world.parse import contradictions, parse_caption
 from features.world.scene import load_scenes
+from plumbing.karpathy import load_dataset
 from rewards import meta_eval
 from rewards.meta.correlation import kendall_tau, pearson
+from rewards.recipes.data import long_captions
 
 REFS = ["a dog runs on the grass", "a brown dog running in a park", "a dog plays outside"]
 OTHER_REFS = ["a red bus on a city street", "a bus parked near a sign", "the bus is red"]
@@ -109,3 +111,35 @@ def test_world_foils_are_wrong_by_construction(tiny_world, tmp_path):
                            str(tiny_world / "dataset.json"), "--out", str(tmp_path / "f.json")]) == 0
     written = json.loads((tmp_path / "f.json").read_text())
     assert written and all(item["references"] for item in written)
+
+
+def test_reference_foils_are_false_in_the_references_wording(tiny_world, tmp_path):
+    scenes = load_scenes(tiny_world / "scenes.json")
+    entries = load_dataset(tiny_world / "dataset.json")[:20]
+    captions = {e.image_id: (e.raw_captions, long_captions(e)) for e in entries}
+    items = reference_foils(scenes, captions, [e.image_id for e in entries], seed=1)
+    assert items == reference_foils(scenes, captions, [e.image_id for e in entries], seed=1)  # deterministic
+    kinds = {f["kind"] for item in items for f in item["foils"]}
+    assert {"shape", "color", "relation", "place", "size", "texture", "count", "background"} <= kinds
+    for item in items:
+        shorts, longs = captions[item["image_id"]]
+        assert item["caption"] == shorts[0] and item["long_caption"] == longs[0]
+        assert item["caption"] not in item["references"]
+        for field in ("caption", "long_caption"):
+            assert not contradictions(parse_caption(item[field]), scenes[item["image_id"]])
+        for foil in item["foils"]:
+            assert {"caption", "long_caption"} & set(foil)
+            for field in {"caption", "long_caption"} & set(foil):  # checked by the parser, not the builder
+                assert contradictions(parse_caption(foil[field]), scenes[item["image_id"]]), foil
+
+
+def test_a_foil_of_one_length_is_scored_in_that_set_only(tmp_path):
+    entries = [{"image_id": 1, "caption": "a dog runs on the grass", "long_caption": "a brown dog runs on the grass",
+                "references": REFS, "foils": [{"kind": "object", "caption": "a red car in a kitchen"},
+                                              {"kind": "place", "long_caption": "a brown dog runs in a kitchen"}]}]
+    result = _run(tmp_path, "foil", entries)
+    assert set(result["short"]["cider"]) == {"object", "all"}
+    assert set(result["long"]["cider"]) == {"place", "all"}
+    bad = [{**entries[0], "foils": [{"kind": "object", "text": "a red car"}]}]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    assert meta_eval.main(["foil", "--data", str(tmp_path / "bad.json"), "--metrics", "bleu_4"]) == 2

@@ -9,6 +9,11 @@ relation to the object before it). Each foil changes one fact before rendering:
   added     a sentence about an object that is not in the scene is appended;
   relation  one stated spatial relation is swapped for its inverse.
 
+`reference_foils` builds foils in the dataset's own wording instead: each image's first reference and
+first long caption, with one negative of every kind the hard-negative builder can make of it (size,
+texture, binding, place, count and background as well as the four above; each checked false against
+the scene by the world parser). Those kinds and that wording are what the rendered foils leave out.
+
 Deterministic by seed. Written in the meta-evaluation foil format (rewards/meta_eval.py).
 """
 
@@ -19,6 +24,8 @@ from dataclasses import replace
 
 from features.world import lexicon
 from features.world.captions import place_phrase, reading_order
+from features.world.negatives import KINDS as NEGATIVE_KINDS
+from features.world.negatives import hard_negatives
 from features.world.scene import Scene, WorldObject, dominant_relation
 
 FOIL_KINDS = ("shape", "color", "added", "relation")
@@ -106,4 +113,26 @@ def world_foils(scenes: dict[int, Scene], references: dict[int, list[str]], imag
     for image_id in image_ids:
         item = scene_foils(scenes[image_id], rng)
         items.append({"image_id": image_id, "references": references.get(image_id, []), **item})
+    return items
+
+
+def reference_foils(scenes: dict[int, Scene], captions: dict[int, tuple[list[str], list[str]]],
+                    image_ids: list[int], seed: int = 0) -> list[dict]:
+    """Foil items from each image's own (short references, long captions): its first reference as
+    "caption", its first long caption as "long_caption" (when it has one), and per kind one foil with
+    the field(s) the builder could change. "references" are the image's other references (all of them
+    when every one says the same), so a reference-based metric does not find the caption among its own
+    references. Images with no foil of any kind are left out."""
+    rng = random.Random(seed)
+    items = []
+    for image_id in image_ids:
+        shorts, longs = captions[image_id]
+        texts = {"caption": shorts[0]} | ({"long_caption": longs[0]} if longs else {})
+        foils: dict[str, dict] = {}
+        for field, text in texts.items():
+            for negative in hard_negatives(text, scenes[image_id], rng, len(NEGATIVE_KINDS)):
+                foils.setdefault(negative.kind, {"kind": negative.kind})[field] = negative.text
+        if foils:
+            items.append({"image_id": image_id, "references": [r for r in shorts if r != shorts[0]] or shorts, **texts,
+                          "foils": [foils[kind] for kind in NEGATIVE_KINDS if kind in foils]})
     return items

@@ -60,8 +60,11 @@ def foil_accuracy(path, suite: MetricSuite, references=None) -> dict:
             correct = len(rows)
             rows.append((entry["image_id"], _text(path, k, entry, field), refs))
             for j, foil in enumerate(foils):
-                if not isinstance(foil, dict):
-                    raise DataError(f"{path}: entry {k}: foils[{j}] must be an object with 'caption'")
+                if not isinstance(foil, dict) or not ({"caption", "long_caption"} & set(foil)):
+                    raise DataError(f"{path}: entry {k}: foils[{j}] must be an object with 'caption' "
+                                    "(or 'long_caption')")
+                if field not in foil:  # a foil of one length only: scored in that set
+                    continue
                 pairs.append((correct, len(rows), str(foil.get("kind", "foil"))))
                 rows.append((entry["image_id"], _text(f"{path} foils[{j}]", k, foil, field), refs))
         scores = suite.score_rows(*zip(*rows, strict=True))
