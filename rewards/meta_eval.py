@@ -36,6 +36,7 @@ from features.world.scene import load_scenes
 from plumbing.atomic import write_json, write_text
 from plumbing.cli import add_config_flags, command, config_from_args
 from plumbing.config import option, require_keys
+from plumbing.errors import DataError
 from plumbing.karpathy import load_dataset
 from plumbing.references import load_references
 from rewards.context import ScoringContext, ScoringSettings
@@ -86,6 +87,12 @@ def write_world_foils(cfg: WorldFoilsConfig) -> dict:
     if cfg.limit:
         entries = entries[: cfg.limit]
     scenes, ids = load_scenes(cfg.scenes), [e.image_id for e in entries]
+    missing = [i for i in ids if i not in scenes]
+    if missing:
+        raise DataError(f"{cfg.scenes}: no scene for image id {missing[0]} of {cfg.dataset} "
+                        f"({len(missing)} of the split's {len(ids)} images have none)")
+    if cfg.source == "references" and (bare := [e.image_id for e in entries if not e.raw_captions]):
+        raise DataError(f"{cfg.dataset}: image id {bare[0]} has no reference caption to build foils from")
     if cfg.source == "references":
         items = reference_foils(scenes, {e.image_id: (e.raw_captions, long_captions(e)) for e in entries}, ids,
                                 cfg.seed)

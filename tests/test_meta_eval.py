@@ -143,3 +143,16 @@ def test_a_foil_of_one_length_is_scored_in_that_set_only(tmp_path):
     bad = [{**entries[0], "foils": [{"kind": "object", "text": "a red car"}]}]
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     assert meta_eval.main(["foil", "--data", str(tmp_path / "bad.json"), "--metrics", "bleu_4"]) == 2
+
+
+def test_world_foils_name_an_image_without_a_scene(tiny_world, tmp_path, capsys):
+    scenes = json.loads((tiny_world / "scenes.json").read_text())
+    train = [e.image_id for e in load_dataset(tiny_world / "dataset.json") if e.split == "train"]
+    first = train[0]
+    del scenes["images"][str(first)]
+    (tmp_path / "scenes.json").write_text(json.dumps(scenes))
+    for source in ("rendered", "references"):
+        assert meta_eval.main(["world-foils", "--scenes", str(tmp_path / "scenes.json"), "--dataset",
+                               str(tiny_world / "dataset.json"), "--split", "train", "--source", source,
+                               "--out", str(tmp_path / "f.json")]) == 2
+        assert f"image id {first}" in capsys.readouterr().err
