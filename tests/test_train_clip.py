@@ -10,6 +10,8 @@ import torch
 
 from captioner import train as train_cli
 from features.clip_models.open_clip_models import load_open_clip
+from features.world import lexicon
+from plumbing.errors import DataError
 from rewards import train_clip
 from rewards.recipes import clip as clip_recipe
 from tests.captioner_fixtures import prepare_tiny_data, tiny_config
@@ -60,6 +62,9 @@ def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.safetensors"), "--set", "vision_pretrain_epochs=2"]) == 2
     assert "vision_pretrain_epochs needs 'scenes'" in capsys.readouterr().err
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(tmp_path / "x.safetensors"), "--set", "noun_loss=1.0"]) == 2
+    assert "noun_loss needs 'scenes'" in capsys.readouterr().err
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.pt")]) == 2
     assert train_clip.main(["--dataset", str(tmp_path / "none.json"), "--images-root", str(tiny_world),
@@ -209,3 +214,41 @@ def test_eval_every_skips_reports_but_not_training(tiny_world, tmp_path):
     assert json.loads(last.with_suffix(".json").read_text())["val"]["val_short_i2t_r1"] >= 0
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(last), "--epochs", "3", "--set", "batch_size=16"]) == 0  # reused
+
+
+def test_noun_targets_spread_over_every_word_of_the_shapes_an_image_holds(tiny_world):
+    from features.clip_models.tokens import ClipTokenizer
+    from features.world.scene import load_world_scenes
+    from rewards.recipes.data import load_split
+    from rewards.recipes.noun_grounding import NounGrounding
+
+    split = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", None)
+    scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
+    grounding = NounGrounding.build(split, scenes, ClipTokenizer(77))
+    assert {"disc", "discs", "crosses", "pluses", "star"} <= set(grounding.words)
+    for row, image_id in enumerate(split.image_ids):
+        held = {obj.shape for obj in scenes[image_id].objects}
+        on = {word for word, weight in zip(grounding.words, grounding.targets[row].tolist(), strict=True) if weight}
+        words = [w for shape in held for w in lexicon.SHAPES[shape]]
+        expected = {*words, *map(lexicon.plural, words)}
+        assert on == expected
+        assert abs(float(grounding.targets[row].sum()) - 1.0) < 1e-6
+    image = torch.nn.functional.normalize(torch.randn(2, 8), dim=-1)
+    nouns = torch.nn.functional.normalize(torch.randn(len(grounding.words), 8), dim=-1)
+    loss = grounding.loss(image, nouns, torch.tensor(0.0), torch.tensor([0, 1]))
+    assert loss.ndim == 0 and float(loss) > 0
+    del scenes[split.image_ids[3]]
+    with pytest.raises(DataError, match=f"image id {split.image_ids[3]}"):
+        NounGrounding.build(split, scenes, ClipTokenizer(77))
+
+
+def test_noun_loss_trains_and_is_logged(tiny_world, tmp_path):
+    out = tmp_path / "nouns.safetensors"
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(out), "--epochs", "2", "--scenes", str(tiny_world / "scenes.json"),
+                            "--set", "batch_size=16", "--set", "workers=0", "--set", "noun_loss=1.0",
+                            "--set", "eval_every=0"]) == 0
+    logged = [json.loads(line) for line in out.with_suffix(".metrics.jsonl").read_text().splitlines()]
+    assert all(r["noun_loss"] > 0 for r in logged)
+    assert logged[-1]["noun_loss"] < logged[0]["noun_loss"]
+    load_open_clip(TINY_ARCH, str(out))

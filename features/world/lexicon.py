@@ -72,3 +72,8 @@ NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
 def word_index(table: dict[str, tuple[str, ...]]) -> dict[str, str]:
     """word -> canonical name, for parsing."""
     return {word: name for name, words in table.items() for word in words}
+
+
+def plural(word: str) -> str:
+    """The world's plural of a shape word: "cross" -> "crosses", "star" -> "stars"."""
+    return word + ("es" if word.endswith(("s", "x")) else "s")

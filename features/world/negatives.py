@@ -93,7 +93,7 @@ def _absent_kind(scene: Scene, rng: random.Random, shape: str | None = None,
 
 def _shape_word(shape: str, plural: bool) -> str:
     word = lexicon.SHAPES[shape][0]
-    return word + ("es" if word.endswith(("s", "x")) else "s") if plural else word
+    return lexicon.plural(word) if plural else word
 
 
 def _pick_mention(claims: CaptionClaims, scene: Scene, rng: random.Random, need=lambda m, o: True):

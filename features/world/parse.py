@@ -17,7 +17,7 @@ from features.world.scene import Scene, WorldObject
 from plumbing.ptb import ptb_tokenize
 
 _SHAPE_WORDS = lexicon.word_index(lexicon.SHAPES)
-_SHAPE_WORDS.update({w + ("es" if w.endswith(("s", "x")) else "s"): n for w, n in list(_SHAPE_WORDS.items())})
+_SHAPE_WORDS.update({lexicon.plural(w): n for w, n in list(_SHAPE_WORDS.items())})
 _COLOR_WORDS = lexicon.word_index(lexicon.COLOR_WORDS)
 _SIZE_WORDS = lexicon.word_index(lexicon.SIZE_WORDS)
 _TEXTURE_WORDS = lexicon.word_index(lexicon.TEXTURE_WORDS)

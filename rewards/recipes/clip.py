@@ -37,6 +37,7 @@ from rewards.recipes.data import CaptionKind, Split, TextBatcher, TextsDataset, 
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
+from rewards.recipes.noun_grounding import NounGrounding
 from rewards.recipes.scene_labels import pretrain_on_scene_labels
 from rewards.recipes.training import finished_summary, save_weights
 
@@ -76,6 +77,9 @@ class TrainClipConfig(RecipeConfig):
         "relations are what tells them apart)")
     mirror_axes: list[str] = option(factory=lambda: ["horizontal"], help="axes a view may flip: horizontal, "
                                     "vertical (for worlds where up and down are arbitrary; not for photos)")
+    noun_loss: float = option(
+        0.0, help="weight of a loss that grounds the bare shape nouns (\"star\", \"stars\"; every shape word of the "
+        "world) in the images that hold them, as F-CLIPScore reads them; needs `scenes` (0: off)", at_least=0)
 
 
 def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
@@ -107,7 +111,9 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     def evaluate(epoch: int) -> dict:
         return evaluate_retrieval(model, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
 
-    step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none")
+    nouns = NounGrounding.build(train, scenes, tokenizer) if cfg.noun_loss else None
+    step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none",
+                   nouns=nouns, noun_weight=cfg.noun_loss)
     result = run.fit(pair, dataset, TextBatcher(tokenizer), step,
                      Stage("clip", cfg.epochs, cfg.lr, cfg.warmup_steps), clamp_logit_scale, evaluate)
     summary = {"out": cfg.out, "arch": cfg.arch, "val": result["record"], "truncated_captions": tokenizer.truncated}
@@ -181,34 +187,58 @@ def counterfactual_images(split: Split, scenes: dict[int, Scene], world_seed: in
     return image_negative
 
 
-def encode_pairs(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                               torch.Tensor | None]:
-    """Normalised global-batch embeddings: images [B, d], texts [B, T, d], the text mask [B, T],
-    the logit scale and the image negatives [N, d] (None without them)."""
+@dataclass
+class EncodedBatch:
+    image: torch.Tensor                   # [B, d] the global batch's images, normalised
+    text: torch.Tensor                    # [B, T, d] each image's caption, then its hard negatives
+    mask: torch.Tensor                    # [B, T] which texts are real
+    logit_scale: torch.Tensor
+    image_negatives: torch.Tensor | None  # [N, d] hard image negatives of the global batch
+    local_image: torch.Tensor             # [b, d] this process's images
+    extra_text: torch.Tensor | None       # [V, d] the extra texts (the same on every process)
+
+
+def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: torch.Tensor | None = None) -> EncodedBatch:
+    """Normalised embeddings in one forward (DDP sees one call): the batch's images and texts, and
+    `extra_tokens` [V, L] texts shared by every image (the bare nouns of `noun_loss`)."""
     tokens, mask = batch["tokens"], batch["mask"]
     b, t, length = tokens.shape
+    flat = tokens.view(b * t, length)
+    if extra_tokens is not None:
+        width = max(length, extra_tokens.shape[1])
+        flat = torch.cat([F.pad(flat, (0, width - length)),
+                          F.pad(extra_tokens.to(flat.device), (0, width - extra_tokens.shape[1]))])
     images = batch["images"]
     negatives = batch.get("negative_images")
     if negatives is not None:
         images = torch.cat([images, negatives])
-    image, text, scale = model(images, tokens.view(b * t, length))
+    image, text, scale = model(images, flat)
     image = F.normalize(image.float(), dim=-1)
+    text = F.normalize(text.float(), dim=-1)
+    text, extra = text[: b * t], (text[b * t:] if extra_tokens is not None else None)
     image_negatives = None
     if negatives is not None:
         image, image_negatives = image[:b], image[b:]
         image_negatives = gather_with_grad(image_negatives)[gather_with_grad(batch["negative_mask"])]
-    text = gather_with_grad(F.normalize(text.float(), dim=-1).view(b, t, -1))
-    return gather_with_grad(image), text, gather_with_grad(mask), scale, image_negatives
+    return EncodedBatch(gather_with_grad(image), gather_with_grad(text.view(b, t, -1)), gather_with_grad(mask),
+                        scale, image_negatives, image, extra)
 
 
-def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bool = False
+def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bool = False,
+                     nouns: NounGrounding | None = None, noun_weight: float = 0.0
                      ) -> tuple[torch.Tensor, dict[str, float]]:
-    image, text, mask, scale, image_negatives = encode_pairs(model, batch)
+    encoded = encode_pairs(model, batch, nouns.tokens if nouns is not None else None)
     caption_ids = gather_with_grad(batch["caption_ids"]) if mask_same_captions else None
-    parts = {"negatives": float(mask[:, 1:].sum()) / len(mask)}
-    if image_negatives is not None:
-        parts["image_negatives"] = len(image_negatives) / len(mask)
-    return negclip_loss(image, text, mask, scale, caption_ids, image_negatives), parts
+    parts = {"negatives": float(encoded.mask[:, 1:].sum()) / len(encoded.mask)}
+    if encoded.image_negatives is not None:
+        parts["image_negatives"] = len(encoded.image_negatives) / len(encoded.mask)
+    loss = negclip_loss(encoded.image, encoded.text, encoded.mask, encoded.logit_scale, caption_ids,
+                        encoded.image_negatives)
+    if nouns is not None:
+        noun_loss = nouns.loss(encoded.local_image, encoded.extra_text, encoded.logit_scale, batch["rows"])
+        parts["noun_loss"] = float(noun_loss)
+        loss = loss + noun_weight * noun_loss
+    return loss, parts
 
 
 def clamp_logit_scale(pair: PairEncoder) -> None:
@@ -241,6 +271,8 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.vision_pretrain_epochs and not cfg.scenes:
         raise ConfigError("vision_pretrain_epochs needs 'scenes' (the world's scenes.json: the labels)")
+    if cfg.noun_loss and not cfg.scenes:
+        raise ConfigError("noun_loss needs 'scenes' (the world's scenes.json: which shapes each image holds)")
     if cfg.image_negatives == "world" and not cfg.scenes:
         raise ConfigError("image_negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.lock_image_tower and not (cfg.init or cfg.vision_pretrain_epochs):

@@ -1,0 +1,56 @@
+"""Bare shape nouns grounded in the images that hold them (`noun_loss` of train_clip).
+
+F-CLIPScore averages a caption's CLIP-S with the CLIP-S of each of its nouns alone ("star"). A
+CLIP trained on web alt-text has met bare nouns; a CLIP trained on the world's captions only meets
+whole sentences, so a bare noun's cosine to an image says more about the word than about the image
+(the docs' figures: an absent "square" can outscore a present "circle"). This loss gives the text
+tower the bare nouns: for each image, a softmax over every shape word of the world (each synonym,
+singular and plural) whose target spreads evenly over the words of the shapes the image holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from features.clip_models.tokens import ClipTokenizer
+from features.world import lexicon
+from features.world.scene import Scene
+from plumbing.errors import DataError
+from rewards.recipes.data import Split
+
+
+def shape_nouns() -> list[tuple[str, str]]:
+    """(word, canonical shape) for every shape word of the world, singular and plural."""
+    words = [(word, shape) for shape, synonyms in lexicon.SHAPES.items() for word in synonyms]
+    return words + [(lexicon.plural(word), shape) for word, shape in words]
+
+
+@dataclass
+class NounGrounding:
+    words: list[str]
+    tokens: torch.Tensor   # [V, L] token ids of the bare words
+    targets: torch.Tensor  # [rows of the train split, V]; each row sums to 1 over the words it holds
+
+    @classmethod
+    def build(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer) -> NounGrounding:
+        nouns = shape_nouns()
+        targets = torch.zeros(len(split), len(nouns))
+        for row, image_id in enumerate(split.image_ids):
+            if image_id not in scenes:
+                raise DataError(f"noun_loss: image id {image_id} of the train split has no scene in `scenes`")
+            held = {obj.shape for obj in scenes[image_id].objects}
+            targets[row] = torch.tensor([float(shape in held) for _, shape in nouns])
+        if (targets.sum(1) == 0).any():
+            image_id = split.image_ids[int((targets.sum(1) == 0).nonzero()[0])]
+            raise DataError(f"noun_loss: the scene of image id {image_id} holds no shape")
+        words = [word for word, _ in nouns]
+        return cls(words, tokenizer.padded(tokenizer.ids(words)), targets / targets.sum(1, keepdim=True))
+
+    def loss(self, image: torch.Tensor, nouns: torch.Tensor, logit_scale: torch.Tensor,
+             rows: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of each image [B, d] over the noun embeddings [V, d] (both normalised)."""
+        logits = logit_scale.exp() * image @ nouns.t()
+        target = self.targets.to(image.device)[rows.to(image.device)]
+        return -(target * logits.log_softmax(-1)).sum(-1).mean()
