@@ -36,21 +36,21 @@ class NounGrounding:
     @classmethod
     def build(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer) -> NounGrounding:
         nouns = shape_nouns()
-        targets = torch.zeros(len(split), len(nouns))
-        for row, image_id in enumerate(split.image_ids):
-            if image_id not in scenes:
-                raise DataError(f"noun_loss: image id {image_id} of the train split has no scene in `scenes`")
-            held = {obj.shape for obj in scenes[image_id].objects}
-            targets[row] = torch.tensor([float(shape in held) for _, shape in nouns])
-        if (targets.sum(1) == 0).any():
-            image_id = split.image_ids[int((targets.sum(1) == 0).nonzero()[0])]
+        missing = [image_id for image_id in split.image_ids if image_id not in scenes]
+        if missing:
+            raise DataError(f"noun_loss: image id {missing[0]} of the train split has no scene in `scenes`")
+        held = torch.tensor([[float(shape in {obj.shape for obj in scenes[image_id].objects}) for _, shape in nouns]
+                             for image_id in split.image_ids])
+        counts = held.sum(1, keepdim=True)
+        if (counts == 0).any():
+            image_id = split.image_ids[int((counts[:, 0] == 0).nonzero()[0])]
             raise DataError(f"noun_loss: the scene of image id {image_id} holds no shape")
         words = [word for word, _ in nouns]
-        return cls(words, tokenizer.padded(tokenizer.ids(words)), targets / targets.sum(1, keepdim=True))
+        return cls(words, tokenizer.padded(tokenizer.ids(words)), held / counts)
 
     def loss(self, image: torch.Tensor, nouns: torch.Tensor, logit_scale: torch.Tensor,
              rows: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of each image [B, d] over the noun embeddings [V, d] (both normalised)."""
         logits = logit_scale.exp() * image @ nouns.t()
-        target = self.targets.to(image.device)[rows.to(image.device)]
+        target = self.targets[rows.cpu()].to(image.device)  # only the batch's rows travel, not the table
         return -(target * logits.log_softmax(-1)).sum(-1).mean()
