@@ -27,7 +27,7 @@ class RewardsBenchConfig:
     data: str = option(str(COCO_1K), help="coco_val_1k.json-style file")
     repeats: int = option(5, help="repeats per measurement (medians are reported)", at_least=1)
     arch: str | None = option(None, help="clip: open_clip architecture (default ViT-B-32); lclip: the teacher's "
-                              "(default world-clip-rn16, the world CLIP)")
+                              "(default world-clip-rn16-e256, the world CLIP)")
     weights: str | None = option(None, help="clip/lclip: (teacher) weights file or hub tag (default: random init)")
     student: str | None = option(None, help="lclip: the student checkpoint (default: an untrained student)")
     device: str = option("auto", help="clip: auto (the GPU when present), cpu or cuda")
@@ -69,7 +69,7 @@ def run_clip(cfg: RewardsBenchConfig) -> dict:
 def run_lclip(cfg: RewardsBenchConfig) -> dict:
     from rewards.benchmarks.clip import bench_lclip
 
-    row = bench_lclip(cfg.arch or "world-clip-rn16", cfg.weights, cfg.student, cfg.repeats)
+    row = bench_lclip(cfg.arch or "world-clip-rn16-e256", cfg.weights, cfg.student, cfg.repeats)
     print(f"teacher {row['teacher_params'] / 1e6:.2f}M params, {row['teacher_pairs_per_s']:.0f} pairs/s; "
           f"student {row['student_params'] / 1e6:.2f}M ({row['param_ratio']:.0%}), {row['student_pairs_per_s']:.0f} "
           f"pairs/s; speedup x{row['speedup']:.2f}")

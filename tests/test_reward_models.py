@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -80,6 +82,26 @@ def test_lclip_lightning_checkpoint_loads_the_student(tmp_path):
     assert {"text_encoder.token_embedding.weight", "text_encoder.token_projection.weight",
             "image_encoder.blocks.1.norm1.instances.1.weight"} <= keys
     assert model.module.text_encoder.token_embedding.weight.shape == (49408, 16)
+
+
+@pytest.mark.parametrize("stem_norm", [False, True])
+def test_lclip_conv_stem_students_load_with_their_stem(tmp_path, stem_norm):
+    """A student with a conv stem (and BatchNorms in it) is read back from the tensors alone: the
+    stem's widths, whether it has norms, and their running statistics, which eval mode uses."""
+    config = dataclasses.replace(TINY_LCLIP, patch_size=8, stem_channels=(4, 8), stem_norm=stem_norm)
+    torch.manual_seed(3)
+    student = LClip(config)
+    with torch.no_grad():  # one training-mode pass moves the running statistics off their init
+        student.train().encode_image(torch.randn(8, 3, 32, 32) * 3 + 1)
+    student.eval()
+    path = tmp_path / "stem.ckpt"
+    torch.save({"state_dict": {f"student.{k}": v for k, v in student.state_dict().items()}}, path)
+    model = load_reward_model(RewardModelSpec(kind="lclip", weights=str(path)))
+    assert model.module.config == config
+    images = torch.randn(3, 3, 32, 32)
+    assert torch.allclose(model.encode_image(images), student.encode_image(images), atol=1e-6)
+    if stem_norm:
+        assert float(model.module.image_encoder.stem[1].running_mean.abs().sum()) > 0
 
 
 def test_bad_checkpoints_name_the_keys(tmp_path):

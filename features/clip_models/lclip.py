@@ -44,6 +44,7 @@ class LClipConfig:
     text_heads: int = 8
     repeats: int = 2
     stem_channels: tuple[int, ...] = ()  # () = a patch stem; else 3x3 stride-2 convs with these widths first
+    stem_norm: bool = False  # a BatchNorm after each of those convs but the last
 
 
 class MultiplexAttention(nn.Module):
@@ -94,13 +95,16 @@ def stem_stride(channels: Sequence[int]) -> int:
     return 2 ** (len(channels) + 1)
 
 
-def conv_stem(channels: tuple[int, ...], width: int) -> nn.Sequential:
-    """3x3 stride-2 convolutions (GELU between): each halves the side, the last gives `width` channels.
-    Shapes a patch projection cannot see at small image sizes are seen by a few convolutions."""
+def conv_stem(channels: tuple[int, ...], width: int, norm: bool = False) -> nn.Sequential:
+    """3x3 stride-2 convolutions, GELU between them (after a BatchNorm with `norm`): each halves the
+    side, the last gives `width` channels and feeds the tower's LayerNorm directly. Shapes a patch
+    projection cannot see at small image sizes are seen by a few convolutions."""
     layers: list[nn.Module] = []
-    for c_in, c_out in itertools.pairwise((3, *channels, width)):
-        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.GELU()]
-    return nn.Sequential(*layers[:-1])
+    for c_in, c_out in itertools.pairwise((3, *channels)):
+        layers.append(nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=not norm))
+        layers += [nn.BatchNorm2d(c_out), nn.GELU()] if norm else [nn.GELU()]
+    layers.append(nn.Conv2d(channels[-1], width, 3, stride=2, padding=1))
+    return nn.Sequential(*layers)
 
 
 class LClipVision(nn.Module):
@@ -111,7 +115,7 @@ class LClipVision(nn.Module):
             if stem_stride(cfg.stem_channels) != cfg.patch_size:
                 raise DataError(f"a stem of {len(cfg.stem_channels) + 1} stride-2 convs has stride "
                                 f"{stem_stride(cfg.stem_channels)}, not the patch size {cfg.patch_size}")
-            self.stem = conv_stem(cfg.stem_channels, width)
+            self.stem = conv_stem(cfg.stem_channels, width, cfg.stem_norm)
         else:
             self.conv1 = nn.Conv2d(3, width, cfg.patch_size, cfg.patch_size, bias=False)
         self.class_embedding = nn.Parameter(torch.zeros(width))
@@ -186,7 +190,8 @@ def infer_config(state: dict[str, torch.Tensor], source: str | Path, vision_head
     patch = stem_stride(stem[:-1]) if stem else conv.shape[-1]
     return LClipConfig(
         embed_dim=projection.shape[1], image_size=grid * patch, patch_size=patch,
-        stem_channels=tuple(stem[:-1]),
+        stem_channels=tuple(stem[:-1]), stem_norm=any(k.endswith(".running_mean") for k in state
+                                                      if k.startswith("image_encoder.stem.")),
         vision_width=vision_width, vision_layers=_count_blocks(state, "image_encoder") * repeats,
         vision_heads=vision_heads or max(1, vision_width // 64), context_length=text_pos.shape[0],
         vocab_size=tokens.shape[0], embed_rank=tokens.shape[1], text_width=text_width,
@@ -196,9 +201,10 @@ def infer_config(state: dict[str, torch.Tensor], source: str | Path, vision_head
 
 
 def stem_shapes(state: dict[str, torch.Tensor]) -> list[int]:
-    """Output channels of the conv stem's convolutions (empty for a patch stem)."""
+    """Output channels of the conv stem's convolutions (empty for a patch stem); a BatchNorm's
+    weight is 1-D, a convolution's 4-D."""
     convs = sorted(int(k.split(".")[2]) for k in state
-                   if k.startswith("image_encoder.stem.") and k.endswith(".weight"))
+                   if k.startswith("image_encoder.stem.") and k.endswith(".weight") and state[k].dim() == 4)
     return [state[f"image_encoder.stem.{i}.weight"].shape[0] for i in convs]
 
 

@@ -55,6 +55,7 @@ class DistillConfig(RecipeConfig):
     vision_width: int = option(0, help="student image-tower width; 0 = the teacher's (a ViT teacher)", at_least=0)
     stem_channels: list[int] = option(factory=list, help="student image tower: widths of a conv stem's first "
                                       "stride-2 convs ([] = a patch stem; needed for a non-ViT teacher)")
+    stem_norm: bool = option(False, help="a BatchNorm after each of the stem's convolutions but the last")
     embed_dim: int = option(0, help="student embedding size; 0 = the teacher's (L_D compares them directly)",
                             at_least=0)
     stage1_epochs: int = option(4, help="epochs of stage 1 (L_D per tower)", at_least=0)
@@ -109,7 +110,8 @@ def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
                        vision_layers=cfg.vision_layers, vision_heads=max(1, width // 64),
                        context_length=int(teacher.context_length), vocab_size=teacher.token_embedding.weight.shape[0],
                        embed_rank=cfg.embed_rank, text_width=text_width, text_layers=cfg.text_layers,
-                       text_heads=max(1, text_width // 64), repeats=cfg.repeats, stem_channels=tuple(cfg.stem_channels))
+                       text_heads=max(1, text_width // 64), repeats=cfg.repeats, stem_channels=tuple(cfg.stem_channels),
+                       stem_norm=cfg.stem_norm)
 
 
 def _is_vit(visual) -> bool:
