@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from plumbing.cli import command, config_parser, parse_config
-from plumbing.config import option
+from plumbing.config import load_config, option
 from plumbing.errors import DataError
 from plumbing.timing import COCO_1K
 from rewards.benchmarks.ngram import bench_corpus_metrics, bench_scst_cider_d, bench_tokenizer, load_coco_1k
@@ -29,7 +29,10 @@ class RewardsBenchConfig:
     arch: str | None = option(None, help="clip: open_clip architecture (default ViT-B-32); lclip: the teacher's "
                               "(default world-clip-rn16-e256, the world CLIP)")
     weights: str | None = option(None, help="clip/lclip: (teacher) weights file or hub tag (default: random init)")
-    student: str | None = option(None, help="lclip: the student checkpoint (default: an untrained student)")
+    student: str | None = option(None, help="lclip: the student checkpoint (default: an untrained student shaped "
+                                 "by --student-config)")
+    student_config: str = option("configs/reward_models/world_lclip.yaml", help="lclip without --student: the "
+                                 "distill_lclip config whose student shape is timed, untrained")
     device: str = option("auto", help="clip: auto (the GPU when present), cpu or cuda")
     terms: str = option("clip_s,ref_clip_s,f_clip_s", help="clip: the terms scored together")
     precision: Literal["fp32", "auto", "fp16", "bf16"] = option(
@@ -68,8 +71,10 @@ def run_clip(cfg: RewardsBenchConfig) -> dict:
 
 def run_lclip(cfg: RewardsBenchConfig) -> dict:
     from rewards.benchmarks.clip import bench_lclip
+    from rewards.recipes.distill import DistillConfig
 
-    row = bench_lclip(cfg.arch or "world-clip-rn16-e256", cfg.weights, cfg.student, cfg.repeats)
+    shape = None if cfg.student else load_config(DistillConfig, cfg.student_config)
+    row = bench_lclip(cfg.arch or "world-clip-rn16-e256", cfg.weights, cfg.student, cfg.repeats, shape=shape)
     print(f"teacher {row['teacher_params'] / 1e6:.2f}M params, {row['teacher_pairs_per_s']:.0f} pairs/s; "
           f"student {row['student_params'] / 1e6:.2f}M ({row['param_ratio']:.0%}), {row['student_pairs_per_s']:.0f} "
           f"pairs/s; speedup x{row['speedup']:.2f}")

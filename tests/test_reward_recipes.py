@@ -196,3 +196,17 @@ def test_world_negatives_name_an_absent_object(tiny_world):
         present = {(o.color, o.shape) for o in scenes[ids[row]].objects}
         named = {(m.color, m.shape) for m in parse_caption(neg[len(base):]).mentions}
         assert named and not named & present
+
+
+def test_lclip_bench_times_an_untrained_student_shaped_by_a_distill_config(tmp_path, capsys):
+    """Without --student the bench builds the student its --student-config describes (a ResNet teacher
+    needs a conv stem, which DistillConfig's defaults lack); a missing config file is a clear error."""
+    from rewards import bench
+
+    config = tmp_path / "student.yaml"
+    config.write_text("vision_width: 64\nstem_channels: [8, 16, 32]\nstem_norm: true\n")
+    assert bench.main(["lclip", "--repeats", "1", "--student-config", str(config)]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["student"] == "an untrained L-CLIP student" and 0 < row["param_ratio"] < 0.5
+    assert bench.main(["lclip", "--student-config", str(tmp_path / "missing.yaml")]) != 0
+    assert "missing.yaml" in capsys.readouterr().err

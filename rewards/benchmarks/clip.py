@@ -163,8 +163,9 @@ def bench_nouns(data: list[dict]) -> dict:
 
 
 def bench_lclip(teacher_arch: str, teacher_weights: str | None, student_path: str | None, repeats: int,
-                batch: int = 128, seed: int = 0) -> dict:
-    """Parameters and image+text encode throughput of a teacher CLIP and its L-CLIP student."""
+                batch: int = 128, seed: int = 0, shape=None) -> dict:
+    """Parameters and image+text encode throughput of a teacher CLIP and its L-CLIP student (a
+    checkpoint, or an untrained one shaped by the DistillConfig `shape`)."""
     from features.clip_models.factory import clip_text_forward
     from features.clip_models.lclip import LClip, load_lclip
     from features.clip_models.open_clip_models import load_open_clip
@@ -172,7 +173,10 @@ def bench_lclip(teacher_arch: str, teacher_weights: str | None, student_path: st
 
     torch.manual_seed(seed)
     teacher = load_open_clip(teacher_arch, teacher_weights).model.eval()
-    student = load_lclip(student_path) if student_path else LClip(student_config(teacher, DistillConfig())).eval()
+    if student_path:
+        student = load_lclip(student_path)
+    else:
+        student = LClip(student_config(teacher, shape or DistillConfig())).eval()
     size = student.config.image_size
     images = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
     from features.clip_models.tokens import ClipTokenizer
@@ -190,7 +194,7 @@ def bench_lclip(teacher_arch: str, teacher_weights: str | None, student_path: st
     student_s, _ = median_seconds(lambda: run(student.encode_image, student.encode_text), repeats)
     teacher_params = sum(p.numel() for p in teacher.parameters())
     student_params = sum(p.numel() for p in student.parameters())
-    return {"teacher": teacher_arch, "student": student_path or "untrained L-CLIP of the default config",
+    return {"teacher": teacher_arch, "student": student_path or "an untrained L-CLIP student",
             "batch": batch, "teacher_params": teacher_params, "student_params": student_params,
             "param_ratio": round(student_params / teacher_params, 4),
             "teacher_pairs_per_s": round(batch / teacher_s, 1), "student_pairs_per_s": round(batch / student_s, 1),
