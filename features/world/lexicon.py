@@ -77,3 +77,9 @@ def word_index(table: dict[str, tuple[str, ...]]) -> dict[str, str]:
 def plural(word: str) -> str:
     """The world's plural of a shape word: "cross" -> "crosses", "star" -> "stars"."""
     return word + ("es" if word.endswith(("s", "x")) else "s")
+
+
+def shape_word_index() -> dict[str, str]:
+    """Every shape word, singular then plural -> its canonical shape."""
+    singular = word_index(SHAPES)
+    return {**singular, **{plural(word): shape for word, shape in singular.items()}}

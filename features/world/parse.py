@@ -16,8 +16,7 @@ from features.world import lexicon
 from features.world.scene import Scene, WorldObject
 from plumbing.ptb import ptb_tokenize
 
-_SHAPE_WORDS = lexicon.word_index(lexicon.SHAPES)
-_SHAPE_WORDS.update({lexicon.plural(w): n for w, n in list(_SHAPE_WORDS.items())})
+_SHAPE_WORDS = lexicon.shape_word_index()
 _COLOR_WORDS = lexicon.word_index(lexicon.COLOR_WORDS)
 _SIZE_WORDS = lexicon.word_index(lexicon.SIZE_WORDS)
 _TEXTURE_WORDS = lexicon.word_index(lexicon.TEXTURE_WORDS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,6 +24,9 @@ from plumbing.timing import median_seconds
 from rewards.clip.family import ClipFamily
 from rewards.clip.formulas import CLIP_S_PREFIX
 from rewards.clip.nouns import NounParser
+
+if TYPE_CHECKING:
+    from rewards.recipes.distill import DistillConfig
 
 TERMS = ("clip_s", "ref_clip_s", "f_clip_s")
 
@@ -163,7 +167,7 @@ def bench_nouns(data: list[dict]) -> dict:
 
 
 def bench_lclip(teacher_arch: str, teacher_weights: str | None, student_path: str | None, repeats: int,
-                batch: int = 128, seed: int = 0, shape=None) -> dict:
+                batch: int = 128, seed: int = 0, shape: DistillConfig | None = None) -> dict:
     """Parameters and image+text encode throughput of a teacher CLIP and its L-CLIP student (a
     checkpoint, or an untrained one shaped by the DistillConfig `shape`)."""
     from features.clip_models.factory import clip_text_forward

@@ -21,12 +21,6 @@ from plumbing.errors import DataError
 from rewards.recipes.data import Split
 
 
-def shape_nouns() -> list[tuple[str, str]]:
-    """(word, canonical shape) for every shape word of the world, singular and plural."""
-    words = [(word, shape) for shape, synonyms in lexicon.SHAPES.items() for word in synonyms]
-    return words + [(lexicon.plural(word), shape) for word, shape in words]
-
-
 @dataclass
 class NounGrounding:
     words: list[str]
@@ -35,12 +29,12 @@ class NounGrounding:
 
     @classmethod
     def build(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer) -> NounGrounding:
-        nouns = shape_nouns()
+        nouns = list(lexicon.shape_word_index().items())
         missing = [image_id for image_id in split.image_ids if image_id not in scenes]
         if missing:
             raise DataError(f"noun_loss: image id {missing[0]} of the train split has no scene in `scenes`")
-        held = torch.tensor([[float(shape in {obj.shape for obj in scenes[image_id].objects}) for _, shape in nouns]
-                             for image_id in split.image_ids])
+        shapes_held = [{obj.shape for obj in scenes[image_id].objects} for image_id in split.image_ids]
+        held = torch.tensor([[float(shape in shapes) for _, shape in nouns] for shapes in shapes_held])
         counts = held.sum(1, keepdim=True)
         if (counts == 0).any():
             image_id = split.image_ids[int((counts[:, 0] == 0).nonzero()[0])]
