@@ -43,6 +43,7 @@ from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import dump_config, to_dict
 from plumbing.errors import ConfigError, DataError, RlcapError
 from plumbing.locks import hold_lock, release_lock
+from plumbing.optim import adamw
 from plumbing.schedules import lr_factor
 from plumbing.tables import format_table
 from rewards import MetricSuite, RewardBank
@@ -220,8 +221,8 @@ class Trainer:
             self.bank = RewardBank.from_config(cfg.scst.rewards, self.scoring, cfg.scst.normalize)
             self.bank.normalizer.load_state_dict(self.state.reward_stats)
         self.reference = reference_policy(cfg, self.state, self.vocab, self.accelerator.device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
-                                      weight_decay=cfg.optim.weight_decay)
+        optimizer = adamw(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
+                         weight_decay=cfg.optim.weight_decay)
         self.steps_per_epoch = self._steps_per_epoch(len(train_loader))
         total = self.steps_per_epoch * cfg.train.epochs
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(

@@ -252,3 +252,31 @@ def test_noun_loss_trains_and_is_logged(tiny_world, tmp_path):
     assert all(r["noun_loss"] > 0 for r in logged)
     assert logged[-1]["noun_loss"] < logged[0]["noun_loss"]
     load_open_clip(TINY_ARCH, str(out))
+
+
+def test_texts_grouped_by_length_encode_as_one_padded_batch_does():
+    """The recipes' text forward groups texts of similar length and trims each group's padding: the
+    embeddings are those of one padded batch (padding is invisible under the causal mask), and a
+    batch of short references with a few long captions is padded to well under 4 groups' 1.8x."""
+    from features.clip_models.factory import clip_text_forward
+    from rewards.recipes.loop import PairEncoder, length_groups
+
+    torch.manual_seed(0)
+    model = load_open_clip(TINY_ARCH).model.eval()
+    lengths = [int(n) for n in torch.randint(3, 20, (90,))] + [int(n) for n in torch.randint(40, 77, (10,))]
+    tokens = torch.zeros(len(lengths), 77, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        tokens[row, :n] = torch.randint(1, 49000, (n,))
+        tokens[row, n - 1] = 49407  # the EOT, the highest id, is the pooled row
+    with torch.no_grad():
+        grouped = PairEncoder(model, clip_text_forward(model))._texts(tokens)
+        whole = clip_text_forward(model)(tokens)
+    assert torch.allclose(grouped, whole, atol=1e-5)
+
+    groups = length_groups(torch.tensor(lengths))
+    assert sorted(int(r) for g in groups for r in g) == list(range(len(lengths)))  # every text once
+    maxima = [max(lengths[int(r)] for r in g) for g in groups]
+    assert maxima == sorted(maxima)
+    padded = sum(m * len(g) for m, g in zip(maxima, groups, strict=True))
+    assert padded <= 1.35 * sum(lengths), (padded, sum(lengths))
+    assert [g.tolist() for g in length_groups(torch.tensor([7]))] == [[0]]

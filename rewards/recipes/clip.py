@@ -236,7 +236,7 @@ def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bo
                         encoded.image_negatives)
     if nouns is not None:
         noun_loss = nouns.loss(encoded.local_image, encoded.extra_text, encoded.logit_scale, batch["rows"])
-        parts["noun_loss"] = float(noun_loss)
+        parts["noun_loss"] = noun_loss.item()
         loss = loss + noun_weight * noun_loss
     return loss, parts
 
