@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from captioner import train as train_cli
+from features.clip_models.factory import clip_text_forward
 from features.clip_models.open_clip_models import load_open_clip
 from features.world import lexicon
 from plumbing.errors import DataError
 from rewards import train_clip
 from rewards.recipes import clip as clip_recipe
+from rewards.recipes.loop import PairEncoder, length_groups
 from tests.captioner_fixtures import prepare_tiny_data, tiny_config
 from tests.clip_fixtures import TINY_ARCH, write_embeds
 
@@ -258,9 +260,6 @@ def test_texts_grouped_by_length_encode_as_one_padded_batch_does():
     """The recipes' text forward groups texts of similar length and trims each group's padding: the
     embeddings are those of one padded batch (padding is invisible under the causal mask), and a
     batch of short references with a few long captions is padded to well under 4 groups' 1.8x."""
-    from features.clip_models.factory import clip_text_forward
-    from rewards.recipes.loop import PairEncoder, length_groups
-
     torch.manual_seed(0)
     model = load_open_clip(TINY_ARCH).model.eval()
     lengths = [int(n) for n in torch.randint(3, 20, (90,))] + [int(n) for n in torch.randint(40, 77, (10,))]
