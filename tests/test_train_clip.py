@@ -272,10 +272,11 @@ def test_texts_grouped_by_length_encode_as_one_padded_batch_does():
         whole = clip_text_forward(model)(tokens)
     assert torch.allclose(grouped, whole, atol=1e-5)
 
-    groups = length_groups(torch.tensor(lengths))
+    grouped_rows = length_groups(torch.tensor(lengths))
+    groups = [rows for rows, _ in grouped_rows]
     assert sorted(int(r) for g in groups for r in g) == list(range(len(lengths)))  # every text once
     maxima = [max(lengths[int(r)] for r in g) for g in groups]
-    assert maxima == sorted(maxima)
+    assert maxima == sorted(maxima) == [longest for _, longest in grouped_rows]
     padded = sum(m * len(g) for m, g in zip(maxima, groups, strict=True))
     assert padded <= 1.35 * sum(lengths), (padded, sum(lengths))
-    assert [g.tolist() for g in length_groups(torch.tensor([7]))] == [[0]]
+    assert [(g.tolist(), longest) for g, longest in length_groups(torch.tensor([7]))] == [([0], 7)]

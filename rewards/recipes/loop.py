@@ -85,16 +85,16 @@ class PairEncoder(torch.nn.Module):
     def _texts(self, tokens: torch.Tensor) -> torch.Tensor:
         """Texts in groups of similar length, each trimmed to its longest: short references no longer
         pay for long captions' padding (exact: under the causal mask padding changes nothing)."""
-        lengths = (tokens > 0).sum(dim=1)
-        groups = length_groups(lengths)
-        chunks = [self.encode_text(tokens[rows, : int(lengths[rows].max().clamp(min=1))]) for rows in groups]
+        groups = length_groups((tokens > 0).sum(dim=1))
+        chunks = [self.encode_text(tokens[rows, :longest]) for rows, longest in groups]
         out = torch.empty(len(tokens), chunks[0].shape[1], dtype=chunks[0].dtype, device=chunks[0].device)
-        out[torch.cat(groups)] = torch.cat(chunks)
+        out[torch.cat([rows for rows, _ in groups])] = torch.cat(chunks)
         return out
 
 
-def length_groups(lengths: torch.Tensor, slack: float = 1.25, min_rows: int = 8) -> list[torch.Tensor]:
-    """Row indices grouped by length, shortest first: a group closes once it has `min_rows` rows and
+def length_groups(lengths: torch.Tensor, slack: float = 1.25, min_rows: int = 8) -> list[tuple[torch.Tensor, int]]:
+    """(row indices, longest length) per group of rows of similar length, shortest first (the lengths
+    come back to the host once, not once per group): a group closes once it has `min_rows` rows and
     the next text is over `slack` times its shortest, so a group's padding stays near `slack` times its
     real tokens (a batch of short references and long captions pads to 1.2x, not 1.8x as in four equal
     groups) while no group is too small to keep the matmuls efficient."""
@@ -103,7 +103,7 @@ def length_groups(lengths: torch.Tensor, slack: float = 1.25, min_rows: int = 8)
     groups, start = [], 0
     for end in range(1, len(ordered) + 1):
         if end == len(ordered) or (end - start >= min_rows and ordered[end] > slack * ordered[start]):
-            groups.append(order[start:end])
+            groups.append((order[start:end], ordered[end - 1]))
             start = end
     return groups
 
