@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.open_clip_models import load_open_clip
+from features.clip_models.text_batches import PrefixTree, prefix_tree
 from features.clip_models.tokens import ClipTokenizer
 from features.world.counterfactual import counterfactual, rerender
 from features.world.negatives import KINDS, hard_negatives
@@ -106,7 +107,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         pretrain_vision(run, model, train, loaded.preprocess, scenes, cfg)
     if cfg.lock_image_tower:
         lock(model.visual)
-    pair = PairEncoder(model, clip_text_forward(model))
+    pair = PairEncoder.of_clip(model)
 
     def evaluate(epoch: int) -> dict:
         return evaluate_retrieval(model, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
@@ -204,7 +205,9 @@ def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: torch.Tensor
     tokens, mask = batch["tokens"], batch["mask"]
     b, t, length = tokens.shape
     flat = tokens.view(b * t, length)
+    tree = prefix_tree(flat, t)  # the hard negatives repeat their caption's prefix: run it once
     if extra_tokens is not None:
+        tree = tree.cat(PrefixTree.roots(len(extra_tokens), flat.device))
         width = max(length, extra_tokens.shape[1])
         flat = torch.cat([F.pad(flat, (0, width - length)),
                           F.pad(extra_tokens.to(flat.device), (0, width - extra_tokens.shape[1]))])
@@ -212,7 +215,7 @@ def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: torch.Tensor
     negatives = batch.get("negative_images")
     if negatives is not None:
         images = torch.cat([images, negatives])
-    image, text, scale = model(images, flat)
+    image, text, scale = model(images, flat, tree)
     image = F.normalize(image.float(), dim=-1)
     text = F.normalize(text.float(), dim=-1)
     text, extra = text[: b * t], (text[b * t:] if extra_tokens is not None else None)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.lclip import LClip, LClipConfig, stem_stride
 from features.clip_models.open_clip_models import load_open_clip
+from features.clip_models.text_batches import prefix_tree
 from features.clip_models.tokens import ClipTokenizer
 from features.world.negatives import KINDS, hard_negatives
 from features.world.scene import Scene, load_scenes
@@ -175,7 +176,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
                      allow_outside_root=cfg.allow_outside_root)
     scenes = load_scenes(cfg.scenes) if cfg.negatives == "world" or cfg.vision_pretrain_epochs else {}
     dataset = TextsDataset(train, loaded.preprocess, distill_texts(train, cfg, scenes), cfg.seed)
-    teacher_pair = PairEncoder(teacher, clip_text_forward(teacher))
+    teacher_pair = PairEncoder.of_clip(teacher)
     pair = PairEncoder(student, student.encode_text)
 
     def evaluate(epoch: int) -> dict:
@@ -231,7 +232,7 @@ def distill_step(pair: torch.nn.Module, teacher: PairEncoder, batch: dict,
     b, t, length = tokens.shape
     flat = tokens.view(b * t, length)
     with torch.no_grad():
-        t_img, t_txt, _ = teacher(batch["images"], flat)
+        t_img, t_txt, _ = teacher(batch["images"], flat, prefix_tree(flat, t))
     s_img, s_txt, _ = pair(batch["images"], flat)
     t_img, s_img = gather_with_grad(t_img.float()), gather_with_grad(s_img.float())
     t_txt, s_txt = gather_with_grad(t_txt.float().view(b, t, -1)), gather_with_grad(s_txt.float().view(b, t, -1))

@@ -25,6 +25,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from features.clip_models.factory import clip_text_forward
+from features.clip_models.text_batches import PrefixTree, length_groups, shared_prefix_text_forward
 from plumbing.atomic import append_line, to_json, write_json
 from plumbing.config import option
 from plumbing.locks import hold_lock, release_lock
@@ -72,14 +74,27 @@ class PairEncoder(torch.nn.Module):
     """A dual encoder's two towers (and its temperature) behind one forward, so accelerate's DDP
     wrapper sees every pass."""
 
-    def __init__(self, module: torch.nn.Module, encode_text: Callable[[torch.Tensor], torch.Tensor]):
+    def __init__(self, module: torch.nn.Module, encode_text: Callable[[torch.Tensor], torch.Tensor],
+                 encode_shared: Callable[[torch.Tensor, PrefixTree], torch.Tensor] | None = None):
         super().__init__()
         self.module = module
         self.encode_text = encode_text
+        self.encode_shared = encode_shared
 
-    def forward(self, images: torch.Tensor | None, tokens: torch.Tensor | None):
+    @classmethod
+    def of_clip(cls, model: torch.nn.Module) -> PairEncoder:
+        """An open_clip model's pair: texts that share a prefix (a caption and its hard negatives,
+        `tree`) run it once where the text tower allows (features.clip_models.text_batches)."""
+        return cls(model, clip_text_forward(model), shared_prefix_text_forward(model))
+
+    def forward(self, images: torch.Tensor | None, tokens: torch.Tensor | None, tree: PrefixTree | None = None):
         image = self.module.encode_image(images) if images is not None else None
-        text = self._texts(tokens) if tokens is not None else None
+        text = None
+        if tokens is not None and self.encode_shared is not None:
+            tree = tree if tree is not None else PrefixTree.roots(len(tokens), tokens.device)
+            text = self.encode_shared(tokens, tree)
+        elif tokens is not None:
+            text = self._texts(tokens)
         return image, text, self.module.logit_scale
 
     def _texts(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -90,22 +105,6 @@ class PairEncoder(torch.nn.Module):
         out = torch.empty(len(tokens), chunks[0].shape[1], dtype=chunks[0].dtype, device=chunks[0].device)
         out[torch.cat([rows for rows, _ in groups])] = torch.cat(chunks)
         return out
-
-
-def length_groups(lengths: torch.Tensor, slack: float = 1.25, min_rows: int = 8) -> list[tuple[torch.Tensor, int]]:
-    """(row indices, longest length) per group of rows of similar length, shortest first (the lengths
-    come back to the host once, not once per group): a group closes once it has `min_rows` rows and
-    the next text is over `slack` times its shortest, so a group's padding stays near `slack` times its
-    real tokens (a batch of short references and long captions pads to 1.2x, not 1.8x as in four equal
-    groups) while no group is too small to keep the matmuls efficient."""
-    order = torch.argsort(lengths, stable=True)
-    ordered = lengths[order].clamp(min=1).tolist()
-    groups, start = [], 0
-    for end in range(1, len(ordered) + 1):
-        if end == len(ordered) or (end - start >= min_rows and ordered[end] > slack * ordered[start]):
-            groups.append((order[start:end], ordered[end - 1]))
-            start = end
-    return groups
 
 
 LossFn = Callable[[torch.nn.Module, dict], tuple[torch.Tensor, dict[str, float]]]

@@ -35,6 +35,7 @@ from features.clip_models.longclip import (
     stretch_state_dict,
 )
 from features.clip_models.open_clip_models import load_open_clip
+from features.clip_models.text_batches import prefix_tree
 from features.clip_models.tokens import ClipTokenizer
 from features.world.negatives import KINDS, hard_negatives
 from features.world.scene import load_scenes
@@ -123,7 +124,7 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
     def step(pair: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
         return specs_step(pair, batch, cfg)
 
-    result = run.fit(PairEncoder(model, clip_text_forward(model)), dataset, TextBatcher(tokenizer), step,
+    result = run.fit(PairEncoder.of_clip(model), dataset, TextBatcher(tokenizer), step,
                      Stage("specs", cfg.epochs, cfg.lr, cfg.warmup_steps))
     summary = {"out": cfg.out, "start_out": cfg.start_out, "last_epoch": result["record"],
                "truncated_captions": tokenizer.truncated}
@@ -163,7 +164,8 @@ def triplet_texts(train: Split, cfg: TrainSpecsConfig):
 def specs_step(pair: torch.nn.Module, batch: dict, cfg: TrainSpecsConfig) -> tuple[torch.Tensor, dict[str, float]]:
     tokens, mask = batch["tokens"], batch["mask"]
     b, t, length = tokens.shape
-    image, text, scale = pair(batch["images"], tokens.view(b * t, length))
+    flat = tokens.view(b * t, length)
+    image, text, scale = pair(batch["images"], flat, prefix_tree(flat, t))  # triplets are the caption's prefixes
     image = gather_with_grad(F.normalize(image.float(), dim=-1))
     text = gather_with_grad(F.normalize(text.float(), dim=-1).view(b, t, -1))
     mask = gather_with_grad(mask)

@@ -1,0 +1,98 @@
+"""Texts that share a prefix run it once: the same embeddings and gradients as the plain forward."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import torch
+
+from features.clip_models.factory import clip_text_forward
+from features.clip_models.open_clip_models import load_open_clip
+from features.clip_models.text_batches import MIN_SHARED, PrefixTree, prefix_tree, shared_prefix_text_forward
+from features.clip_models.tokens import ClipTokenizer
+from features.world.negatives import hard_negatives
+from features.world.scene import load_world_scenes
+from rewards.recipes.loop import PairEncoder
+from tests.clip_fixtures import TINY_ARCH
+
+EOT = 49407
+
+
+def _world_batch(world, tokenizer: ClipTokenizer, per_image: int = 5) -> tuple[torch.Tensor, list[str]]:
+    """Each image's long caption or first reference, a prefix of it (as SPECS's triplets are) and its
+    world hard negatives; missing texts are all-zero rows, as the batcher pads them."""
+    data = json.loads((world / "dataset.json").read_text())
+    scenes, _ = load_world_scenes(world / "scenes.json")
+    rng = random.Random(0)
+    texts: list[str] = []
+    for k, image in enumerate(data["images"][:24]):
+        caption = image["long_captions"][0]["raw"] if k % 2 else image["sentences"][0]["raw"]
+        prefix = " ".join(caption.split()[: max(4, len(caption.split()) // 2)])
+        negatives = [n.text for n in hard_negatives(caption, scenes[image["imgid"]], rng, per_image - 2)]
+        texts += [caption, prefix, *negatives] + [""] * (per_image - 2 - len(negatives))
+    rows = [tokenizer.ids([text])[0] if text else [] for text in texts]
+    tokens = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return tokens, texts
+
+
+def test_shared_prefixes_embed_and_backpropagate_as_the_plain_forward(tiny_world):
+    torch.manual_seed(0)
+    model = load_open_clip(TINY_ARCH).model
+    tokens, texts = _world_batch(tiny_world, ClipTokenizer(int(model.context_length)))
+    tree = prefix_tree(tokens, 5)
+    assert int((tree.parent >= 0).sum()) >= len(texts) // 2  # the test exercises the shared path
+    shared_forward, plain = shared_prefix_text_forward(model), clip_text_forward(model)
+    weights = torch.randn(len(tokens), model.text_projection.shape[1])
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def outputs_and_grads(forward):
+        out = forward()
+        return out.detach(), torch.autograd.grad((out * weights).sum(), params, allow_unused=True)
+
+    shared_out, shared_grads = outputs_and_grads(lambda: shared_forward(tokens, tree))
+    plain_out, plain_grads = outputs_and_grads(lambda: torch.cat([plain(row[None, : int(row.argmax()) + 1])
+                                                                  for row in tokens]))
+    assert torch.allclose(shared_out, plain_out, atol=1e-5), (shared_out - plain_out).abs().max()
+    for got, want in zip(shared_grads, plain_grads, strict=True):
+        if want is None:
+            assert got is None or not got.any()
+            continue
+        scale = float(want.abs().max())  # sums over many texts: compare at the gradient's own scale
+        assert float((got - want).abs().max()) <= 1e-5 * scale + 1e-7, (got - want).abs().max() / scale
+
+    pair = PairEncoder.of_clip(model)  # the recipes' forward: no tree means every text whole
+    assert torch.allclose(pair(None, tokens)[1], plain_out, atol=1e-5)
+
+
+def test_the_tree_shares_leading_tokens_only_and_never_the_pooled_eot():
+    caption = [49406, 10, 11, 12, 13, 14, EOT]
+    rows = [caption,
+            [49406, 10, 11, 12, 99, 14, EOT],       # differs at position 4
+            [49406, 10, 11, 12, 13, EOT],           # a prefix of the caption: its EOT is its own
+            [49406, 10, 99, 12, 13, 14, EOT],       # shares too little to be worth a gather
+            [0] * 7,                                # a padded (missing) text
+            caption]                                # a duplicate: everything but the EOT is shared
+    tokens = torch.tensor([row + [0] * (7 - len(row)) for row in rows])
+    tree = prefix_tree(tokens, block=6)
+    assert tree.parent.tolist() == [-1, 0, 0, -1, -1, 0]
+    assert tree.shared.tolist() == [0, 4, 5, 0, 0, 6]
+    assert all(s < int(row.argmax()) + 1 for s, row in zip(tree.shared, tokens, strict=True))
+    assert 2 < MIN_SHARED <= 4
+
+    both = tree.cat(PrefixTree.roots(2))
+    assert both.parent.tolist() == [-1, 0, 0, -1, -1, 0, -1, -1]
+    nested = PrefixTree.roots(3).cat(tree)
+    assert nested.parent.tolist()[3:] == [-1, 3, 3, -1, -1, 3]
+
+
+def test_towers_it_does_not_know_keep_the_plain_forward():
+    class NoTransformer(torch.nn.Module):
+        pass
+
+    assert shared_prefix_text_forward(NoTransformer()) is None
+    model = load_open_clip(TINY_ARCH).model
+    model.text_pool_type = "last"
+    assert shared_prefix_text_forward(model) is None
