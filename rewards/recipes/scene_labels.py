@@ -27,7 +27,7 @@ from features.images import IMAGE_ERRORS, open_rgb
 from features.world import lexicon
 from features.world.scene import Scene
 from rewards.recipes.data import Split
-from rewards.recipes.loop import RecipeRun, Stage
+from rewards.recipes.loop import RecipeRun, Stage, to_channels_last
 
 KINDS = [(shape, color) for shape in lexicon.SHAPES for color in lexicon.COLORS]
 PLACES = list(lexicon.PLACES.values())
@@ -95,7 +95,7 @@ class SceneProbe(torch.nn.Module):
         self.head = torch.nn.Linear(embed_dim, LABELS)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.visual(images))
+        return self.head(self.visual(to_channels_last(images)))
 
 
 def scene_label_step(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
