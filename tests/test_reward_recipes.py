@@ -104,6 +104,24 @@ def test_lclip_losses_by_hand():
     assert float(distill_lclip.similarity_regulator(t_sim, s_sim)) == pytest.approx(0.15)
 
 
+def test_rank_distillation_by_hand():
+    """Per image, KL(teacher || student) over its caption and hard negatives: zero when the student
+    ranks its texts as the teacher does, positive when it prefers a negative, and its gradient moves
+    the student's caption up; padded texts take no part."""
+    image = torch.tensor([[1.0, 0.0]])
+    teacher_texts = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]])  # caption, negative, padding
+    valid = torch.tensor([[True, True, False]])
+    scale = torch.tensor(1.0)
+    same = distill_lclip.rank_distill_loss(image, teacher_texts, image, teacher_texts.clone(), valid, scale)
+    assert float(same) == pytest.approx(0.0, abs=1e-7)
+    student_texts = torch.tensor([[[0.0, 1.0], [1.0, 0.0], [5.0, 5.0]]], requires_grad=True)  # swapped
+    loss = distill_lclip.rank_distill_loss(image, teacher_texts, image, student_texts, valid, scale)
+    p, q = torch.softmax(torch.tensor([1.0, 0.0]), 0), torch.softmax(torch.tensor([0.0, 1.0]), 0)
+    assert float(loss) == pytest.approx(float((p * (p.log() - q.log())).sum()), rel=1e-5)
+    loss.backward()
+    assert student_texts.grad[0, 0, 0] < 0 and not student_texts.grad[0, 2].any()
+
+
 @pytest.fixture(scope="module")
 def teacher_file(tmp_path_factory):
     return save_open_clip(tmp_path_factory.mktemp("teacher") / "teacher.safetensors", seed=3)

@@ -175,7 +175,7 @@ def _pack(tokens: torch.Tensor, parent: torch.Tensor, shared: torch.Tensor) -> l
 
 
 def _padded(rows: list[torch.Tensor], longest: int) -> torch.Tensor:
-    """[n, longest]; padding continues each row as its own segment (-1) at positions past the row."""
+    """[n, longest], padded with -1 (for `_tree_mask`, padding is the tokens of segment -1)."""
     out = torch.full((len(rows), longest), -1, dtype=torch.long)
     for i, row in enumerate(rows):
         out[i, : len(row)] = row

@@ -63,6 +63,11 @@ class DistillConfig(RecipeConfig):
     stage2_epochs: int = option(2, help="epochs of stage 2 (+ the similarity regulator)", at_least=0)
     stage2_lr: float = option(1e-5, help="stage 2 learning rate, constant (the paper: 1e-5)", above=0)
     sr_weight: float = option(1.0, help="weight of the similarity-regulator loss in stage 2", at_least=0)
+    rank_weight: float = option(
+        0.0, help="weight of a ranking term in both stages (not in the paper): per image, the student's softmax "
+        "over its caption and hard negatives (at the teacher's temperature) matches the teacher's (KL). L_D "
+        "matches embeddings as a whole; a changed fact moves them only a little, and this term weighs exactly "
+        "that move", at_least=0)
     negatives: Literal["none", "world"] = option("none", help="also distil on hard text negatives: none or world")
     hard_negatives: int = option(2, help="hard negatives per image and step (with negatives: world)", at_least=0)
     vision_pretrain_epochs: int = option(
@@ -195,7 +200,8 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
             continue
 
         def step(model: torch.nn.Module, batch: dict, stage: Stage = stage) -> tuple[torch.Tensor, dict[str, float]]:
-            return distill_step(model, teacher_pair, batch, cfg.sr_weight if stage.name == "stage2" else 0.0)
+            return distill_step(model, teacher_pair, batch, cfg.sr_weight if stage.name == "stage2" else 0.0,
+                                cfg.rank_weight)
 
         record = run.fit(pair, dataset, TextBatcher(tokenizer), step, stage, evaluate=evaluate)["record"] or record
     summary = {"out": cfg.out, "teacher_params": _params(teacher), "student_params": _params(student), **record}
@@ -226,13 +232,14 @@ def distill_texts(train: Split, cfg: DistillConfig, scenes: dict[int, Scene]):
 
 
 def distill_step(pair: torch.nn.Module, teacher: PairEncoder, batch: dict,
-                 sr_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """L_D on the images and on every text; with sr_weight, the similarity regulator on image x caption."""
+                 sr_weight: float, rank_weight: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """L_D on the images and on every text; with sr_weight, the similarity regulator on image x caption;
+    with rank_weight, the ranking of each image's own texts (`rank_distill_loss`)."""
     tokens, mask = batch["tokens"], batch["mask"]
     b, t, length = tokens.shape
     flat = tokens.view(b * t, length)
     with torch.no_grad():
-        t_img, t_txt, _ = teacher(batch["images"], flat, prefix_tree(flat, t))
+        t_img, t_txt, t_scale = teacher(batch["images"], flat, prefix_tree(flat, t))
     s_img, s_txt, _ = pair(batch["images"], flat)
     t_img, s_img = gather_with_grad(t_img.float()), gather_with_grad(s_img.float())
     t_txt, s_txt = gather_with_grad(t_txt.float().view(b, t, -1)), gather_with_grad(s_txt.float().view(b, t, -1))
@@ -246,7 +253,25 @@ def distill_step(pair: torch.nn.Module, teacher: PairEncoder, batch: dict,
         regulator = similarity_regulator(t_sim, s_sim)
         loss = loss + sr_weight * regulator
         parts["sr"] = regulator.item()
+    if rank_weight and t > 1:
+        ranking = rank_distill_loss(t_img, t_txt, s_img, s_txt, valid, t_scale.exp())
+        loss = loss + rank_weight * ranking
+        parts["rank"] = ranking.item()
     return loss, parts
+
+
+def rank_distill_loss(t_img: torch.Tensor, t_txt: torch.Tensor, s_img: torch.Tensor, s_txt: torch.Tensor,
+                      valid: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) of each image's softmax over its own texts [B, T] (its caption and hard
+    negatives; `valid` marks real ones), both at the teacher's logit scale."""
+    def logits(image: torch.Tensor, texts: torch.Tensor) -> torch.Tensor:
+        cosine = torch.einsum("bd,btd->bt", F.normalize(image, dim=-1), F.normalize(texts, dim=-1))
+        return (scale * cosine).masked_fill(~valid, float("-inf"))
+
+    teacher_log = F.log_softmax(logits(t_img, t_txt), dim=1)
+    student_log = F.log_softmax(logits(s_img, s_txt), dim=1)
+    kl = (teacher_log.exp() * (teacher_log - student_log)).masked_fill(~valid, 0.0).sum(dim=1)
+    return kl.mean()
 
 
 @torch.no_grad()
