@@ -1,9 +1,11 @@
-"""`python -m rewards.bench {ngram,clip,lclip}`: speed and parity of the reward path.
+"""`python -m rewards.bench {ngram,clip,lclip,text}`: speed and parity of the reward path.
 
 ngram: BLEU-4 / ROUGE-L / CIDEr and the SCST CIDEr-D reward against pycocoevalcap on real COCO
 captions; clip: the batched CLIP-family scorer against a naive one (and the noun parser); lclip:
-parameters and encode throughput of a teacher CLIP and its L-CLIP student. Every measurement is
-repeated and reported as a median; the last line printed is one JSON object.
+parameters and encode throughput of a teacher CLIP and its L-CLIP student; text: the reward-model
+recipes' text-tower step (forward and backward) on a world batch of captions and hard negatives,
+shared prefixes run once against the plain length-grouped forward. Every measurement is repeated and
+reported as a median; the last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from rewards.benchmarks.ngram import bench_corpus_metrics, bench_scst_cider_d, b
 
 @dataclass
 class RewardsBenchConfig:
-    which: Literal["ngram", "clip", "lclip"] = option("ngram", help="the benchmark to run", positional=True)
+    which: Literal["ngram", "clip", "lclip", "text"] = option("ngram", help="the benchmark to run", positional=True)
     data: str = option(str(COCO_1K), help="coco_val_1k.json-style file")
     repeats: int = option(5, help="repeats per measurement (medians are reported)", at_least=1)
-    arch: str | None = option(None, help="clip: open_clip architecture (default ViT-B-32); lclip: the teacher's "
-                              "(default world-clip-rn16-e256, the world CLIP)")
-    weights: str | None = option(None, help="clip/lclip: (teacher) weights file or hub tag (default: random init)")
+    arch: str | None = option(None, help="clip: open_clip architecture (default ViT-B-32); lclip: the teacher's, "
+                              "text: the model's (default world-clip-rn16-e256, the world CLIP)")
+    weights: str | None = option(None, help="clip/lclip/text: (teacher) weights file or hub tag (default: random "
+                                 "init)")
+    world: str = option("runs/demo/world", help="text: the offline world's folder (dataset.json, scenes.json)")
     student: str | None = option(None, help="lclip: the student checkpoint (default: an untrained student shaped "
                                  "by --student-config)")
     student_config: str = option("configs/reward_models/world_lclip.yaml", help="lclip without --student: the "
@@ -81,7 +85,17 @@ def run_lclip(cfg: RewardsBenchConfig) -> dict:
     return {"bench": "lclip", **row}
 
 
-RUNS = {"ngram": run_ngram, "clip": run_clip, "lclip": run_lclip}
+def run_text(cfg: RewardsBenchConfig) -> dict:
+    from rewards.benchmarks.text import bench_text
+
+    row = bench_text(cfg.world, cfg.arch or "world-clip-rn16-e256", cfg.weights, cfg.repeats)
+    print(f"text tower step ({row['texts']} texts, {row['tokens']} tokens, {row['tokens_run']} run once shared): "
+          f"shared prefixes {row['ours_s'] * 1e3:.0f} ms   plain {row['ref_s'] * 1e3:.0f} ms   x{row['ratio']:.2f}   "
+          f"max|diff| {row['max_abs_diff']:.2e}")
+    return {"bench": "text", **row}
+
+
+RUNS = {"ngram": run_ngram, "clip": run_clip, "lclip": run_lclip, "text": run_text}
 
 
 @command

@@ -96,3 +96,14 @@ def test_towers_it_does_not_know_keep_the_plain_forward():
     model = load_open_clip(TINY_ARCH).model
     model.text_pool_type = "last"
     assert shared_prefix_text_forward(model) is None
+
+
+def test_text_bench_times_both_forwards_and_checks_they_agree(tiny_world, tmp_path, capsys):
+    from rewards import bench
+
+    assert bench.main(["text", "--world", str(tiny_world), "--arch", TINY_ARCH, "--repeats", "1"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["bench"] == "text" and row["max_abs_diff"] < 1e-4
+    assert 0 < row["tokens_run"] < row["tokens"] and row["ours_s"] > 0 and row["ref_s"] > 0
+    assert bench.main(["text", "--world", str(tmp_path), "--arch", TINY_ARCH]) != 0  # no world there
+    assert "dataset.json: not found" in capsys.readouterr().err

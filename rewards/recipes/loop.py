@@ -108,8 +108,8 @@ class PairEncoder(torch.nn.Module):
 
 
 def to_channels_last(images: torch.Tensor) -> torch.Tensor:
-    """Image batches in channels-last memory: oneDNN's convolutions run a ResNet tower's forward and
-    backward about a fifth faster so (the weights keep their layout, so checkpoints are unchanged)."""
+    """Image batches in channels-last memory, where oneDNN runs a ResNet tower's forward and backward
+    about a fifth faster; the weights keep their own layout, so checkpoints are unchanged."""
     return images.contiguous(memory_format=torch.channels_last) if images.dim() == 4 else images
 
 

@@ -1,0 +1,77 @@
+"""The text tower's training step on a world batch: shared prefixes run once, against the plain forward.
+
+A batch is what the world CLIP recipe feeds its text tower: per train image one caption drawn from
+its references and long caption, as the recipe draws it, and its world hard negatives. Both forwards run forward and
+backward; the embeddings must agree (max |diff|) and the shared one must do the same work faster.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from features.clip_models.factory import clip_text_forward
+from features.clip_models.open_clip_models import load_open_clip
+from features.clip_models.text_batches import prefix_tree, shared_prefix_text_forward
+from features.clip_models.tokens import ClipTokenizer
+from features.world.negatives import hard_negatives
+from features.world.scene import load_world_scenes
+from plumbing.errors import DataError
+from plumbing.timing import comparison, median_seconds
+from rewards.recipes.loop import PairEncoder
+
+
+def world_text_batch(world: Path, tokenizer: ClipTokenizer, images: int, negatives: int,
+                     seed: int = 0) -> torch.Tensor:
+    """[images * (1 + negatives), L] token rows, each image's caption then its negatives (zero rows
+    where the builder found fewer), as the recipe's batcher lays them out."""
+    dataset, scenes_path = world / "dataset.json", world / "scenes.json"
+    for path in (dataset, scenes_path):
+        if not path.is_file():
+            raise DataError(f"{path}: not found (--world is a folder made by python -m features.world)")
+    entries = [e for e in json.loads(dataset.read_text())["images"] if e.get("split") == "train"][:images]
+    if not entries:
+        raise DataError(f"{dataset}: no train images")
+    scenes, _ = load_world_scenes(scenes_path)
+    rng = random.Random(seed)
+    texts: list[str] = []
+    for entry in entries:
+        pool = [s["raw"] for s in entry["sentences"]] + [c["raw"] for c in entry.get("long_captions", [])]
+        caption = rng.choice(pool)
+        found = [n.text for n in hard_negatives(caption, scenes[entry["imgid"]], rng, negatives)]
+        texts += [caption, *found, *[""] * (negatives - len(found))]
+    rows = [tokenizer.ids([text])[0] if text else [] for text in texts]
+    tokens = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+    for i, ids in enumerate(rows):
+        tokens[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return tokens
+
+
+def bench_text(world: str, arch: str, weights: str | None, repeats: int, images: int = 128,
+               negatives: int = 3) -> dict:
+    model = load_open_clip(arch, weights).model.train()
+    shared = shared_prefix_text_forward(model)
+    if shared is None:
+        raise DataError(f"{arch}: its text tower is not one the shared-prefix forward knows")
+    tokens = world_text_batch(Path(world), ClipTokenizer(int(model.context_length)), images, negatives)
+    tree = prefix_tree(tokens, 1 + negatives)
+    plain = PairEncoder(model, clip_text_forward(model))._texts  # length-grouped, the previous forward
+
+    def step(forward):
+        def run() -> torch.Tensor:
+            model.zero_grad(set_to_none=True)
+            out = forward()
+            out.square().sum().backward()
+            return out.detach()
+        return run
+
+    with torch.no_grad():
+        max_diff = float((plain(tokens) - shared(tokens, tree)).abs().max())
+    ours_s, _ = median_seconds(step(lambda: shared(tokens, tree)), repeats)
+    ref_s, _ = median_seconds(step(lambda: plain(tokens)), repeats)
+    real = int((tokens > 0).sum())
+    return {"arch": arch, "texts": len(tokens), "tokens": real, "tokens_run": real - int(tree.shared.sum()),
+            **comparison(ours_s, ref_s, max_abs_diff=max_diff)}
