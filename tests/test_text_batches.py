@@ -31,11 +31,7 @@ def _world_batch(world, tokenizer: ClipTokenizer, per_image: int = 5) -> tuple[t
         prefix = " ".join(caption.split()[: max(4, len(caption.split()) // 2)])
         negatives = [n.text for n in hard_negatives(caption, scenes[image["imgid"]], rng, per_image - 2)]
         texts += [caption, prefix, *negatives] + [""] * (per_image - 2 - len(negatives))
-    rows = [tokenizer.ids([text])[0] if text else [] for text in texts]
-    tokens = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
-    for row, ids in enumerate(rows):
-        tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return tokens, texts
+    return tokenizer.padded([tokenizer.ids([text])[0] if text else [] for text in texts]), texts
 
 
 def test_shared_prefixes_embed_and_backpropagate_as_the_plain_forward(tiny_world):

@@ -6,8 +6,9 @@ Both rest on the causal mask: a position's hidden states depend only on the toke
 - A hard negative is its caption with one fact changed, so it repeats the caption up to that fact
   (about half of a negative's tokens on the offline world), and SPECS's triplet texts are the
   caption's own prefixes: their prefix states *are* the caption's. `shared_prefix_text_forward`
-  runs such a text's suffix only, each layer attending to its caption's keys and values for the
-  prefix: a third fewer tokens through the tower, same outputs and gradients up to float rounding.
+  packs each caption with the suffixes of the texts made from it into one row, under a tree-shaped
+  mask (a suffix sees the caption's tokens before the point where they part, then its own tokens
+  causally): a third fewer tokens through the tower, same outputs and gradients up to rounding.
 
 The shared-prefix forward knows open_clip's text transformer (`ResidualAttentionBlock` with
 `nn.MultiheadAttention`, EOT pooling); for any other tower it returns None and callers keep the

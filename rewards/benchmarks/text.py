@@ -43,11 +43,7 @@ def world_text_batch(world: Path, tokenizer: ClipTokenizer, images: int, negativ
         caption = rng.choice(pool)
         found = [n.text for n in hard_negatives(caption, scenes[entry["imgid"]], rng, negatives)]
         texts += [caption, *found, *[""] * (negatives - len(found))]
-    rows = [tokenizer.ids([text])[0] if text else [] for text in texts]
-    tokens = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
-    for i, ids in enumerate(rows):
-        tokens[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return tokens
+    return tokenizer.padded([tokenizer.ids([text])[0] if text else [] for text in texts])
 
 
 def bench_text(world: str, arch: str, weights: str | None, repeats: int, images: int = 128,
@@ -58,7 +54,10 @@ def bench_text(world: str, arch: str, weights: str | None, repeats: int, images:
         raise DataError(f"{arch}: its text tower is not one the shared-prefix forward knows")
     tokens = world_text_batch(Path(world), ClipTokenizer(int(model.context_length)), images, negatives)
     tree = prefix_tree(tokens, 1 + negatives)
-    plain = PairEncoder(model, clip_text_forward(model))._texts  # length-grouped, the previous forward
+    grouped = PairEncoder(model, clip_text_forward(model))  # length-grouped, the previous forward
+
+    def plain(rows: torch.Tensor) -> torch.Tensor:
+        return grouped(None, rows)[1]
 
     def step(forward):
         def run() -> torch.Tensor:
