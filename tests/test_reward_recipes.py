@@ -8,14 +8,18 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from features.clip_models.factory import load_reward_model
+from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.spec import RewardModelSpec
+from features.images import open_rgb
 from plumbing.errors import ConfigError, DataError
 from rewards import specificity as specificity_cli
 from rewards import train_specs
 from rewards.recipes import distill as distill_lclip
-from rewards.recipes import specificity
+from rewards.recipes import feature_hints, specificity
+from rewards.recipes.data import load_split
 from rewards.recipes.detail_units import DetailSegmenter, split_scores
 from rewards.recipes.specificity import sample_triplets, shuffle_tokens
 from rewards.recipes.specs import TrainSpecsConfig, dynamic_margin_hinge, specs_loss
@@ -180,6 +184,48 @@ def test_distill_pretrains_the_students_image_tower_first(tiny_world, teacher_fi
     logged = [json.loads(line) for line in out.with_suffix(".log.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in logged] == ["vision", "vision", "stage1", "stage2"]
     assert logged[1]["train_loss"] < logged[0]["train_loss"]  # the labels are learned from
+    load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
+
+
+def test_hints_are_the_teachers_last_map_pooled_and_normed(tiny_world):
+    """teacher_hints: a ResNet teacher's last stage (what its attention pool reads), computed here
+    stage by stage, pooled to the coarser grid and layer-normed per token; a ViT teacher's last
+    patch tokens."""
+    train = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", limit=6)
+    for arch, side in (("world-clip-rn16", 2), ("world-clip-tiny", 4)):
+        torch.manual_seed(0)
+        loaded = load_open_clip(arch)
+        visual = loaded.model.visual.eval()
+        assert feature_hints.hint_side(visual, 4, torch.device("cpu")) == side  # the coarser of 4x4 and its own
+        hints = feature_hints.teacher_hints(visual, train, loaded.preprocess, side, torch.device("cpu"), 0)
+        with torch.no_grad():
+            image = loaded.preprocess(open_rgb(train.paths[2])).unsqueeze(0)
+            if arch == "world-clip-rn16":
+                grid = visual.layer4(visual.layer3(visual.layer2(visual.layer1(visual.stem(image)))))
+            else:
+                tokens = visual.transformer(visual.ln_pre(torch.cat(
+                    [visual.class_embedding.expand(1, 1, -1), visual.conv1(image).flatten(2).transpose(1, 2)], 1)
+                    + visual.positional_embedding))
+                grid = tokens[:, 1:].transpose(1, 2).reshape(1, -1, 8, 8)
+        expected = F.adaptive_avg_pool2d(grid, side).flatten(2).transpose(1, 2)[0]
+        expected = (expected - expected.mean(-1, keepdim=True)) / expected.std(-1, correction=0, keepdim=True)
+        assert hints.shape == (6, side * side, grid.shape[1])
+        torch.testing.assert_close(hints[2], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_distill_hint_stage_teaches_the_students_tower_the_teachers_map(tiny_world, teacher_file, tmp_path):
+    """hint_epochs: a stage before stage 1 in which the student's patch tokens learn the teacher's
+    last map (the loss falls); the adapter is not saved, the checkpoint loads through the lclip loader."""
+    out = tmp_path / "hints.ckpt"
+    settings = dict(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+                    out=str(out), stage1_epochs=1, stage2_epochs=1, batch_size=16, workers=0, hint_epochs=3)
+    distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings), progress=False)
+    logged = [json.loads(line) for line in out.with_suffix(".log.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in logged] == ["hints", "hints", "hints", "stage1", "stage2"]
+    assert logged[2]["train_loss"] < logged[0]["train_loss"]
+    assert logged[2]["hint_cosine"] > logged[0]["hint_cosine"]
+    state = torch.load(out, weights_only=True)["state_dict"]
+    assert not any("adapter" in key for key in state)
     load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
 
 

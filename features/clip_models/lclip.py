@@ -125,13 +125,17 @@ class LClipVision(nn.Module):
         self.ln_post = nn.LayerNorm(width)
         self.proj = nn.Parameter(torch.randn(width, cfg.embed_dim) * width ** -0.5)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def tokens(self, images: torch.Tensor) -> torch.Tensor:
+        """The last block's output [B, 1 + grid², width]: the class token, then the patches row by row."""
         x = (self.stem(images) if hasattr(self, "stem") else self.conv1(images)).flatten(2).transpose(1, 2)
         cls = self.class_embedding.expand(x.shape[0], 1, -1).to(x.dtype)
         x = self.ln_pre(torch.cat([cls, x], dim=1) + self.positional_embedding.to(x.dtype))
         for block in self.blocks:
             x = block(x, causal=False)
-        return self.ln_post(x[:, 0]) @ self.proj
+        return x
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.ln_post(self.tokens(images)[:, 0]) @ self.proj
 
 
 class LClipText(nn.Module):

@@ -34,7 +34,16 @@ from plumbing.atomic import write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
 from rewards.recipes.contrastive import embed_texts, gather_with_grad, negclip_loss, recall_at_1
-from rewards.recipes.data import CaptionKind, Split, TextBatcher, TextsDataset, embed_split_images, load_split, pick
+from rewards.recipes.data import (
+    CaptionKind,
+    Split,
+    TextBatcher,
+    TextsDataset,
+    cache_pixels,
+    embed_split_images,
+    load_split,
+    pick,
+)
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
@@ -98,6 +107,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
                        need_long=cfg.captions == "long", allow_outside_root=cfg.allow_outside_root)
     val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                      allow_outside_root=cfg.allow_outside_root)
+    for split in (train, val):
+        cache_pixels(split, loaded.preprocess, cfg.image_cache_mb, cfg.workers)
     scenes, world_seed = load_world_scenes(cfg.scenes) if cfg.scenes else ({}, None)
     texts = caption_texts(train, cfg.captions, cfg, scenes)
     image_negative = counterfactual_images(train, scenes, world_seed) if cfg.image_negatives == "world" else None

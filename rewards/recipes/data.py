@@ -39,6 +39,7 @@ class Split:
     short: list[list[str]]  # reference captions per image
     long: list[list[str]]  # long detailed captions per image (may be empty lists)
     entries: list[ImageEntry]  # the dataset entries (detail units, extra fields)
+    pixels: PixelCache | None = None  # every image preprocessed once (`cache_pixels`), else None
 
     def __len__(self) -> int:
         return len(self.image_ids)
@@ -52,6 +53,51 @@ class Split:
         if kind == "long":
             return self.long
         return [s + lo for s, lo in zip(self.short, self.long, strict=True)]
+
+
+class PixelCache(NamedTuple):
+    """A split's images as `transform` makes them, row by row in one tensor."""
+
+    transform: Callable
+    images: torch.Tensor
+
+
+def split_pixels(split: Split, row: int, transform: Callable) -> torch.Tensor:
+    """The row's image as `transform` makes it: from the split's pixel cache when that holds this
+    transform's output, else decoded from its file (which may raise one of IMAGE_ERRORS)."""
+    cache = split.pixels
+    if cache is not None and cache.transform is transform:
+        return cache.images[row]
+    return transform(open_rgb(split.paths[row]))
+
+
+def cache_pixels(split: Split, transform: Callable, limit_mb: int, workers: int) -> bool:
+    """Decode and preprocess every image of `split` once and keep them in memory, when they fit in
+    `limit_mb`: multi-epoch recipes then stop decoding the same files every epoch (on the world,
+    about 1.5 s of CPU per 4,000 images, taken from the two cores that train). Reads give the same
+    tensors as decoding does. A split with an image that cannot be read stays uncached, and the
+    error is raised where the image is read, naming the file."""
+    if limit_mb <= 0 or not len(split):
+        return False
+    try:
+        first = transform(open_rgb(split.paths[0]))
+    except IMAGE_ERRORS:
+        return False
+    if len(split) * first.numel() * first.element_size() > limit_mb * 2**20:
+        return False
+    images = torch.empty(len(split), *first.shape, dtype=first.dtype)
+    rows = ImagesWithTargets(split, transform, torch.zeros(len(split)))
+    at = 0
+    # its own generator: drawing the workers' seed from the global one would change the run's random stream
+    loader = DataLoader(rows, batch_size=256, num_workers=workers, collate_fn=collate_targets,
+                        generator=torch.Generator())
+    for batch in loader:
+        if batch["errors"]:
+            return False
+        images[at:at + len(batch["images"])] = batch["images"]
+        at += len(batch["images"])
+    split.pixels = PixelCache(transform, images)
+    return True
 
 
 def long_captions(entry: ImageEntry) -> list[str]:
@@ -114,15 +160,16 @@ class TextsDataset(Dataset):
 
     def __getitem__(self, row: int) -> list[View]:
         rng = random.Random(f"{self.seed}-{self.epoch}-{row}")
-        try:
-            image = open_rgb(self.split.paths[row])
+        try:  # flips need the decoded picture; unflipped views take the split's cached pixels if any
+            image = open_rgb(self.split.paths[row]) if self.mirror != "none" else \
+                split_pixels(self.split, row, self.transform)
         except IMAGE_ERRORS as exc:
             path = self.split.paths[row]
             return [View(row, None, [], f"image id {self.split.image_ids[row]}: cannot read {path}: {exc}")]
         texts = self.texts(row, rng)
         negative = self.image_negative(row, rng, texts[0]) if self.image_negative and texts else None
         if self.mirror == "none":
-            return [self._view(row, image, texts, negative, ())]
+            return [View(row, image, texts, "", None if negative is None else self.transform(negative))]
         if self.mirror == "random":
             return [self._view(row, image, texts, negative, random_axes(self.mirror_axes, rng))]
         axes = twin_axes(texts, self.mirror_axes, rng)
@@ -186,6 +233,37 @@ def raise_errors(batch: dict) -> None:
 
 def pick(pool: list[str], rng: random.Random) -> str:
     return pool[rng.randrange(len(pool))]
+
+
+class ImagesWithTargets(Dataset):
+    """(image tensor, target) per row of a split, for supervised stages of the recipes (scene labels,
+    a teacher's feature maps); an image that cannot be read comes back as an error string."""
+
+    def __init__(self, split: Split, transform: Callable, targets: list[torch.Tensor] | torch.Tensor):
+        if len(targets) != len(split):
+            raise ValueError(f"{len(targets)} targets for {len(split)} images")
+        self.split, self.transform, self.targets = split, transform, targets
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def set_epoch(self, epoch: int) -> None:  # the loop's hook; nothing here depends on the epoch
+        pass
+
+    def __getitem__(self, row: int) -> tuple[torch.Tensor | None, torch.Tensor, str]:
+        try:
+            return split_pixels(self.split, row, self.transform), self.targets[row], ""
+        except IMAGE_ERRORS as exc:
+            return None, self.targets[row], f"image id {self.split.image_ids[row]}: cannot read " \
+                                            f"{self.split.paths[row]}: {exc}"
+
+
+def collate_targets(items: list[tuple]) -> dict:
+    errors = [error for *_, error in items if error]
+    if errors:
+        return {"errors": errors}
+    return {"images": torch.stack([image for image, _, _ in items]),
+            "targets": torch.stack([target for _, target, _ in items]), "errors": []}
 
 
 @torch.no_grad()

@@ -33,7 +33,8 @@ from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
 from rewards.clip.formulas import CLIP_S_PREFIX, clip_s
 from rewards.recipes.contrastive import embed_texts, gather_with_grad, recall_at_1
-from rewards.recipes.data import Split, TextBatcher, TextsDataset, embed_split_images, load_split, pick
+from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels, embed_split_images, load_split, pick
+from rewards.recipes.feature_hints import pretrain_on_hints
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.scene_labels import pretrain_on_scene_labels
@@ -74,6 +75,10 @@ class DistillConfig(RecipeConfig):
         0, help="epochs of supervised pretraining of the student's image tower on the world's scene graphs "
         "(`scenes`, train split) before stage 1, as train_clip's option of that name: the student then starts "
         "from a tower that already sees shapes, which L_D alone does not teach it", at_least=0)
+    hint_epochs: int = option(
+        0, help="epochs in which the student's image tower learns to predict the teacher's last feature map, "
+        "place by place (FitNets hints; rewards/recipes/feature_hints.py), before stage 1 and after the scene "
+        "labels", at_least=0)
 
 
 def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
@@ -179,6 +184,8 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
                        allow_outside_root=cfg.allow_outside_root)
     val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                      allow_outside_root=cfg.allow_outside_root)
+    for split in (train, val):
+        cache_pixels(split, loaded.preprocess, cfg.image_cache_mb, cfg.workers)
     scenes = load_scenes(cfg.scenes) if cfg.negatives == "world" or cfg.vision_pretrain_epochs else {}
     dataset = TextsDataset(train, loaded.preprocess, distill_texts(train, cfg, scenes), cfg.seed)
     teacher_pair = PairEncoder.of_clip(teacher)
@@ -190,6 +197,9 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     if cfg.vision_pretrain_epochs:
         pretrain_on_scene_labels(run, student.image_encoder, student.config.embed_dim, train, loaded.preprocess,
                                  scenes, cfg.vision_pretrain_epochs)
+    if cfg.hint_epochs:
+        pretrain_on_hints(run, student.image_encoder, teacher.visual, train, loaded.preprocess, cfg.hint_epochs,
+                          cfg.workers)
     record: dict = {}
     steps = max(1, len(train) // cfg.batch_size) * cfg.stage1_epochs
     stages = (Stage("stage1", cfg.stage1_epochs, cfg.lr, min(50, steps // 10 + 1)),

@@ -59,6 +59,9 @@ class RecipeConfig:
     device: str = option("auto", help="auto (the GPU when present) or cpu")
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] = option("auto", help="auto: bf16/fp16 on GPU, no on CPU")
     workers: int = option(2, help="image-decoding DataLoader workers", at_least=0)
+    image_cache_mb: int = option(2048, help="hold each split's preprocessed images in memory when they fit in "
+                                 "this many MB (per process), instead of decoding them every epoch; 0 = never",
+                                 at_least=0)
     allow_outside_root: bool = option(False, help="follow image paths and symlinks that lead outside images_root")
 
 

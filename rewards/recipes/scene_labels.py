@@ -21,12 +21,10 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Dataset
 
-from features.images import IMAGE_ERRORS, open_rgb
 from features.world import lexicon
 from features.world.scene import Scene
-from rewards.recipes.data import Split
+from rewards.recipes.data import ImagesWithTargets, Split, collate_targets
 from rewards.recipes.loop import RecipeRun, Stage, to_channels_last
 
 KINDS = [(shape, color) for shape in lexicon.SHAPES for color in lexicon.COLORS]
@@ -57,35 +55,6 @@ def scene_label(scene: Scene) -> torch.Tensor:
     return label
 
 
-class LabelledImages(Dataset):
-    """(row, image tensor, label) per train image; a decoding error comes back as data."""
-
-    def __init__(self, split: Split, transform: Callable, scenes: dict[int, Scene]):
-        self.split, self.transform = split, transform
-        self.labels = [scene_label(scenes[image_id]) for image_id in split.image_ids]
-
-    def __len__(self) -> int:
-        return len(self.split)
-
-    def set_epoch(self, epoch: int) -> None:  # the loop's hook; nothing here depends on the epoch
-        pass
-
-    def __getitem__(self, row: int) -> tuple[torch.Tensor | None, torch.Tensor, str]:
-        try:
-            return self.transform(open_rgb(self.split.paths[row])), self.labels[row], ""
-        except IMAGE_ERRORS as exc:
-            return None, self.labels[row], f"image id {self.split.image_ids[row]}: cannot read " \
-                                           f"{self.split.paths[row]}: {exc}"
-
-
-def collate_labelled(items: list[tuple]) -> dict:
-    errors = [error for *_, error in items if error]
-    if errors:
-        return {"errors": errors}
-    return {"images": torch.stack([image for image, _, _ in items]),
-            "labels": torch.stack([label for _, label, _ in items]), "errors": []}
-
-
 class SceneProbe(torch.nn.Module):
     """An image tower with a linear head onto the scene labels."""
 
@@ -101,9 +70,9 @@ class SceneProbe(torch.nn.Module):
 def scene_label_step(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
     """Binary cross-entropy summed over the labels, averaged over images."""
     logits = model(batch["images"])
-    loss = F.binary_cross_entropy_with_logits(logits.float(), batch["labels"], reduction="sum") / len(logits)
+    loss = F.binary_cross_entropy_with_logits(logits.float(), batch["targets"], reduction="sum") / len(logits)
     with torch.no_grad():
-        exact = ((logits > 0) == (batch["labels"] > 0.5)).all(dim=1).float().mean()
+        exact = ((logits > 0) == (batch["targets"] > 0.5)).all(dim=1).float().mean()
     return loss, {"exact_labels": float(exact)}
 
 
@@ -114,4 +83,5 @@ def pretrain_on_scene_labels(run: RecipeRun, visual: torch.nn.Module, width: int
     the tower keeps what it learned."""
     probe = SceneProbe(visual, width)
     stage = Stage("vision", epochs, run.cfg.lr, run.cfg.warmup_steps)
-    run.fit(probe, LabelledImages(split, transform, scenes), collate_labelled, scene_label_step, stage)
+    labels = [scene_label(scenes[image_id]) for image_id in split.image_ids]
+    run.fit(probe, ImagesWithTargets(split, transform, labels), collate_targets, scene_label_step, stage)

@@ -43,7 +43,7 @@ from plumbing.atomic import write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError, DataError
 from rewards.recipes.contrastive import gather_with_grad, info_nce, negclip_loss
-from rewards.recipes.data import Split, TextBatcher, TextsDataset, load_split
+from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels, load_split
 from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.specificity import detail_units_of, join_units, negative_unit, scene_negative_filter
@@ -118,6 +118,8 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
     split = load_split(cfg.dataset, cfg.images_root, "train", cfg.max_train_images, need_long=True,
                        allow_outside_root=cfg.allow_outside_root)
     train = with_units(cfg.dataset, split)
+    if cfg.epochs > 1:  # one epoch reads each image once either way
+        cache_pixels(train, transform, cfg.image_cache_mb, cfg.workers)
     tokenizer = ClipTokenizer(LONG_CONTEXT)
     dataset = TextsDataset(train, transform, triplet_texts(train, cfg), cfg.seed)
 

@@ -14,7 +14,7 @@ from plumbing.atomic import atomic_path, write_text
 from plumbing.errors import ConfigError
 
 # Settings that do not change the weights: a finished output stays valid when only these differ.
-RUNTIME_KEYS = frozenset({"workers", "device", "max_val_images", "eval_every", "allow_outside_root"})
+RUNTIME_KEYS = frozenset({"workers", "image_cache_mb", "device", "max_val_images", "eval_every", "allow_outside_root"})
 
 
 def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None:

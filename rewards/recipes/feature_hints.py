@@ -1,0 +1,108 @@
+"""Hints for the L-CLIP student's image tower (FitNets, Romero et al. 2015): before stage 1 its patch
+tokens learn to predict the teacher's last feature map, place by place, through a linear adapter
+that is dropped afterwards.
+
+Why: L_D compares one embedding per image, and a changed shape moves that embedding only a little,
+so the student learned colour from it but not shape (docs/reward_models.md). The teacher's last map
+(what a ResNet's attention pool reads, or a ViT's last patch tokens) says at every place what is
+there: many more numbers per image, each about one region. Both maps are pooled to the coarser of
+the two grids and compared token by token after a layer norm, so the loss does not depend on the
+teacher's feature scale.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+
+from features.clip_models.lclip import LClipVision
+from plumbing.errors import ConfigError
+from rewards.recipes.data import ImagesWithTargets, Split, collate_targets, raise_errors
+from rewards.recipes.loop import RecipeRun, Stage, to_channels_last
+
+
+def teacher_grid(visual: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """images -> the teacher tower's last feature map [B, C, h, w]."""
+    if not hasattr(visual, "forward_intermediates"):
+        raise ConfigError(f"hint_epochs: the teacher's image tower ({type(visual).__name__}) does not give its "
+                          "feature maps (open_clip's ResNet and ViT towers do)")
+
+    def grid(images: torch.Tensor) -> torch.Tensor:
+        out = visual.forward_intermediates(to_channels_last(images), indices=1, intermediates_only=True)
+        return out["image_intermediates"][-1]
+
+    return grid
+
+
+def student_side(tower: LClipVision) -> int:
+    return math.isqrt(tower.positional_embedding.shape[0] - 1)
+
+
+@torch.no_grad()
+def teacher_hints(visual: nn.Module, split: Split, transform: Callable, side: int, device: torch.device,
+                  workers: int, batch_size: int = 256) -> torch.Tensor:
+    """The teacher's last map of every image of `split`, pooled to side x side: [N, side², C], each
+    token layer-normed."""
+    grid = teacher_grid(visual)
+    rows = ImagesWithTargets(split, transform, torch.zeros(len(split)))
+    chunks = []
+    loader = DataLoader(rows, batch_size=batch_size, num_workers=workers, collate_fn=collate_targets,
+                        generator=torch.Generator())  # leaves the global random stream as it was
+    for batch in loader:
+        raise_errors(batch)
+        pooled = F.adaptive_avg_pool2d(grid(batch["images"].to(device)).float(), side).flatten(2).transpose(1, 2)
+        # a tiny eps: an untrained teacher's maps can be small, and the default eps would flatten them
+        chunks.append(F.layer_norm(pooled, pooled.shape[-1:], eps=1e-12).cpu())
+    return torch.cat(chunks)
+
+
+class HintProbe(nn.Module):
+    """The student's image tower, its patch tokens pooled to the hints' grid, a linear adapter to
+    the teacher's channels."""
+
+    def __init__(self, tower: LClipVision, channels: int, side: int):
+        super().__init__()
+        self.tower, self.side = tower, side
+        self.adapter = nn.Linear(tower.positional_embedding.shape[1], channels)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        patches = self.tower.tokens(to_channels_last(images))[:, 1:]
+        batch, count, width = patches.shape
+        own = math.isqrt(count)
+        grid = patches.transpose(1, 2).reshape(batch, width, own, own)
+        return self.adapter(F.adaptive_avg_pool2d(grid, self.side).flatten(2).transpose(1, 2))
+
+
+def hint_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+    """Mean squared error between the layer-normed predicted tokens and the teacher's."""
+    predicted = model(batch["images"]).float()
+    predicted = F.layer_norm(predicted, predicted.shape[-1:])
+    target = batch["targets"]
+    loss = F.mse_loss(predicted, target)
+    with torch.no_grad():
+        cosine = F.cosine_similarity(predicted, target, dim=-1).mean()
+    return loss, {"hint_cosine": float(cosine)}
+
+
+def pretrain_on_hints(run: RecipeRun, tower: LClipVision, teacher_visual: nn.Module, split: Split,
+                      transform: Callable, epochs: int, workers: int) -> None:
+    """Train `tower` on the teacher's feature maps of `split` for `epochs`, as the resumable stage
+    "hints" of `run`; the adapter is dropped afterwards."""
+    side = hint_side(teacher_visual, student_side(tower), run.device)
+    hints = teacher_hints(teacher_visual, split, transform, side, run.device, workers)
+    probe = HintProbe(tower, hints.shape[-1], side)
+    stage = Stage("hints", epochs, run.cfg.lr, run.cfg.warmup_steps)
+    run.fit(probe, ImagesWithTargets(split, transform, hints), collate_targets, hint_step, stage)
+
+
+@torch.no_grad()
+def hint_side(visual: nn.Module, student: int, device: torch.device) -> int:
+    """The coarser of the student's grid side and the teacher's last map's."""
+    size = visual.image_size
+    side = size[0] if isinstance(size, (tuple, list)) else int(size)
+    return min(student, int(teacher_grid(visual)(torch.zeros(1, 3, side, side, device=device)).shape[-1]))
