@@ -229,6 +229,31 @@ def test_distill_hint_stage_teaches_the_students_tower_the_teachers_map(tiny_wor
     load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
 
 
+def test_distill_interrupted_in_its_hint_stage_resumes_to_the_same_student(tiny_world, teacher_file, tmp_path,
+                                                                          monkeypatch):
+    settings = dict(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+                    stage1_epochs=1, stage2_epochs=1, batch_size=16, workers=0, hint_epochs=3,
+                    negatives="world", scenes=str(tiny_world / "scenes.json"))
+    once, twice = tmp_path / "once.ckpt", tmp_path / "twice.ckpt"
+    distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, out=str(once)), progress=False)
+    real, calls = feature_hints.hint_step, {"n": 0}
+
+    def interrupted(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 4:  # in the second of three hint epochs (2 steps each)
+            raise KeyboardInterrupt
+        return real(model, batch)
+
+    monkeypatch.setattr(feature_hints, "hint_step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, out=str(twice)), progress=False)
+    assert not twice.exists()
+    monkeypatch.setattr(feature_hints, "hint_step", real)
+    distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, out=str(twice)), progress=False)
+    first, second = (torch.load(path, weights_only=True)["state_dict"] for path in (once, twice))
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
 def test_recipe_bad_inputs(tiny_world, teacher_file, tmp_path):
     no_units = json.loads((tiny_world / "dataset.json").read_text())
     for image in no_units["images"]:

@@ -44,6 +44,14 @@ def student_side(tower: LClipVision) -> int:
 
 
 @torch.no_grad()
+def hint_side(visual: nn.Module, student: int, device: torch.device) -> int:
+    """The coarser of the student's grid side and the teacher's last map's."""
+    size = visual.image_size
+    side = size[0] if isinstance(size, (tuple, list)) else int(size)
+    return min(student, int(teacher_grid(visual)(torch.zeros(1, 3, side, side, device=device)).shape[-1]))
+
+
+@torch.no_grad()
 def teacher_hints(visual: nn.Module, split: Split, transform: Callable, side: int, device: torch.device,
                   workers: int, batch_size: int = 256) -> torch.Tensor:
     """The teacher's last map of every image of `split`, pooled to side x side: [N, side², C], each
@@ -98,11 +106,3 @@ def pretrain_on_hints(run: RecipeRun, tower: LClipVision, teacher_visual: nn.Mod
     probe = HintProbe(tower, hints.shape[-1], side)
     stage = Stage("hints", epochs, run.cfg.lr, run.cfg.warmup_steps)
     run.fit(probe, ImagesWithTargets(split, transform, hints), collate_targets, hint_step, stage)
-
-
-@torch.no_grad()
-def hint_side(visual: nn.Module, student: int, device: torch.device) -> int:
-    """The coarser of the student's grid side and the teacher's last map's."""
-    size = visual.image_size
-    side = size[0] if isinstance(size, (tuple, list)) else int(size)
-    return min(student, int(teacher_grid(visual)(torch.zeros(1, 3, side, side, device=device)).shape[-1]))
