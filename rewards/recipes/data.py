@@ -86,18 +86,23 @@ def cache_pixels(split: Split, transform: Callable, limit_mb: int, workers: int)
     if len(split) * first.numel() * first.element_size() > limit_mb * 2**20:
         return False
     images = torch.empty(len(split), *first.shape, dtype=first.dtype)
-    rows = ImagesWithTargets(split, transform, torch.zeros(len(split)))
     at = 0
-    # its own generator: drawing the workers' seed from the global one would change the run's random stream
-    loader = DataLoader(rows, batch_size=256, num_workers=workers, collate_fn=collate_targets,
-                        generator=torch.Generator())
-    for batch in loader:
+    for batch in image_batches(split, transform, workers):
         if batch["errors"]:
             return False
         images[at:at + len(batch["images"])] = batch["images"]
         at += len(batch["images"])
     split.pixels = PixelCache(transform, images)
     return True
+
+
+def image_batches(split: Split, transform: Callable, workers: int, batch_size: int = 256) -> DataLoader:
+    """The split's images in order, as {"images", "errors"} batches (one pass, for precomputing).
+    Its own generator: drawing the workers' seed from the global one would change the run's random
+    stream, and so what a run trains."""
+    rows = ImagesWithTargets(split, transform, torch.zeros(len(split)))
+    return DataLoader(rows, batch_size=batch_size, num_workers=workers, collate_fn=collate_targets,
+                      generator=torch.Generator())
 
 
 def long_captions(entry: ImageEntry) -> list[str]:

@@ -18,11 +18,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader
 
 from features.clip_models.lclip import LClipVision
 from plumbing.errors import ConfigError
-from rewards.recipes.data import ImagesWithTargets, Split, collate_targets, raise_errors
+from rewards.recipes.data import ImagesWithTargets, Split, collate_targets, image_batches, raise_errors
 from rewards.recipes.loop import RecipeRun, Stage, to_channels_last
 
 
@@ -57,11 +56,8 @@ def teacher_hints(visual: nn.Module, split: Split, transform: Callable, side: in
     """The teacher's last map of every image of `split`, pooled to side x side: [N, side², C], each
     token layer-normed."""
     grid = teacher_grid(visual)
-    rows = ImagesWithTargets(split, transform, torch.zeros(len(split)))
     chunks = []
-    loader = DataLoader(rows, batch_size=batch_size, num_workers=workers, collate_fn=collate_targets,
-                        generator=torch.Generator())  # leaves the global random stream as it was
-    for batch in loader:
+    for batch in image_batches(split, transform, workers, batch_size):
         raise_errors(batch)
         pooled = F.adaptive_avg_pool2d(grid(batch["images"].to(device)).float(), side).flatten(2).transpose(1, 2)
         # a tiny eps: an untrained teacher's maps can be small, and the default eps would flatten them
