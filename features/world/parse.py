@@ -25,6 +25,23 @@ _RELATION_PATTERNS = sorted(
     key=lambda item: -len(item[0]),
 )
 _ARTICLES = {"a", "an", "the"}
+
+
+def _by_first_word(patterns: list[tuple[tuple[str, ...], str]]) -> dict[str, list[tuple[tuple[str, ...], str]]]:
+    """The patterns grouped by their first word, longest first within each group: a position is only
+    tried against the phrases that can start there (the recipes parse every hard negative they make)."""
+    groups: dict[str, list[tuple[tuple[str, ...], str]]] = {}
+    for phrase, name in patterns:
+        groups.setdefault(phrase[0], []).append((phrase, name))
+    return groups
+
+
+def _match_at(tokens: list[str], i: int, groups: dict) -> tuple[tuple[str, ...], str] | None:
+    """The longest pattern that starts at tokens[i], with its name."""
+    return next(((p, n) for p, n in groups.get(tokens[i], ()) if tuple(tokens[i:i + len(p)]) == p), None)
+
+
+_RELATIONS_BY_FIRST = _by_first_word(_RELATION_PATTERNS)
 _COUNT_NOUNS = {"shape", "shapes", "object", "objects"}
 _NUMBERS = {word: n for n, word in lexicon.NUMBER_WORDS.items()}
 
@@ -74,6 +91,7 @@ _PLACE_PATTERNS = sorted(
                     f"on the {name}" if name in ("left", "right") else f"at the {name}",)],
     key=lambda item: -len(item[0]),
 )
+_PLACES_BY_FIRST = _by_first_word(_PLACE_PATTERNS)
 
 
 def _places(tokens: list[str], mentions: list[Mention]) -> list[tuple[int, str, int, int]]:
@@ -81,7 +99,7 @@ def _places(tokens: list[str], mentions: list[Mention]) -> list[tuple[int, str, 
     found = []
     i = 0
     while i < len(tokens):
-        match = next(((p, n) for p, n in _PLACE_PATTERNS if tuple(tokens[i:i + len(p)]) == p), None)
+        match = _match_at(tokens, i, _PLACES_BY_FIRST)
         if match is None:
             i += 1
             continue
@@ -134,7 +152,7 @@ def _relations(tokens: list[str], mentions: list[Mention]) -> list[tuple[tuple[i
     relations = []
     i = 0
     while i < len(tokens):
-        match = next(((p, r) for p, r in _RELATION_PATTERNS if tuple(tokens[i:i + len(p)]) == p), None)
+        match = _match_at(tokens, i, _RELATIONS_BY_FIRST)
         if match is None:
             i += 1
             continue
