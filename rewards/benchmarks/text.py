@@ -7,7 +7,6 @@ backward; the embeddings must agree (max |diff|) and the shared one must do the 
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -20,7 +19,9 @@ from features.clip_models.tokens import ClipTokenizer
 from features.world.negatives import hard_negatives
 from features.world.scene import load_world_scenes
 from plumbing.errors import DataError
+from plumbing.karpathy import load_dataset
 from plumbing.timing import comparison, median_seconds
+from rewards.recipes.data import long_captions, pick
 from rewards.recipes.loop import PairEncoder
 
 
@@ -32,16 +33,15 @@ def world_text_batch(world: Path, tokenizer: ClipTokenizer, images: int, negativ
     for path in (dataset, scenes_path):
         if not path.is_file():
             raise DataError(f"{path}: not found (--world is a folder made by python -m features.world)")
-    entries = [e for e in json.loads(dataset.read_text())["images"] if e.get("split") == "train"][:images]
+    entries = [e for e in load_dataset(dataset) if e.split == "train"][:images]
     if not entries:
         raise DataError(f"{dataset}: no train images")
     scenes, _ = load_world_scenes(scenes_path)
     rng = random.Random(seed)
     texts: list[str] = []
     for entry in entries:
-        pool = [s["raw"] for s in entry["sentences"]] + [c["raw"] for c in entry.get("long_captions", [])]
-        caption = rng.choice(pool)
-        found = [n.text for n in hard_negatives(caption, scenes[entry["imgid"]], rng, negatives)]
+        caption = pick(entry.raw_captions + long_captions(entry), rng)
+        found = [n.text for n in hard_negatives(caption, scenes[entry.image_id], rng, negatives)]
         texts += [caption, *found, *[""] * (negatives - len(found))]
     return tokenizer.padded([tokenizer.ids([text])[0] if text else [] for text in texts])
 

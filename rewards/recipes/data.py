@@ -62,6 +62,11 @@ class PixelCache(NamedTuple):
     images: torch.Tensor
 
 
+def read_error(split: Split, row: int, exc: Exception) -> str:
+    """The line that names an image a dataset item could not read, with its id and file."""
+    return f"image id {split.image_ids[row]}: cannot read {split.paths[row]}: {exc}"
+
+
 def split_pixels(split: Split, row: int, transform: Callable) -> torch.Tensor:
     """The row's image as `transform` makes it: from the split's pixel cache when that holds this
     transform's output, else decoded from its file (which may raise one of IMAGE_ERRORS)."""
@@ -169,8 +174,7 @@ class TextsDataset(Dataset):
             image = open_rgb(self.split.paths[row]) if self.mirror != "none" else \
                 split_pixels(self.split, row, self.transform)
         except IMAGE_ERRORS as exc:
-            path = self.split.paths[row]
-            return [View(row, None, [], f"image id {self.split.image_ids[row]}: cannot read {path}: {exc}")]
+            return [View(row, None, [], read_error(self.split, row, exc))]
         texts = self.texts(row, rng)
         negative = self.image_negative(row, rng, texts[0]) if self.image_negative and texts else None
         if self.mirror == "none":
@@ -259,8 +263,7 @@ class ImagesWithTargets(Dataset):
         try:
             return split_pixels(self.split, row, self.transform), self.targets[row], ""
         except IMAGE_ERRORS as exc:
-            return None, self.targets[row], f"image id {self.split.image_ids[row]}: cannot read " \
-                                            f"{self.split.paths[row]}: {exc}"
+            return None, self.targets[row], read_error(self.split, row, exc)
 
 
 def collate_targets(items: list[tuple]) -> dict:
