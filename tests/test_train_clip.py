@@ -222,11 +222,11 @@ def test_noun_targets_spread_over_every_word_of_the_shapes_an_image_holds(tiny_w
     from features.clip_models.tokens import ClipTokenizer
     from features.world.scene import load_world_scenes
     from rewards.recipes.data import load_split
-    from rewards.recipes.noun_grounding import NounGrounding
+    from rewards.recipes.grounding import Grounding
 
     split = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", None)
     scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
-    grounding = NounGrounding.build(split, scenes, ClipTokenizer(77))
+    grounding = Grounding.shape_nouns(split, scenes, ClipTokenizer(77))
     assert {"disc", "discs", "crosses", "pluses", "star"} <= set(grounding.words)
     for row, image_id in enumerate(split.image_ids):
         held = {obj.shape for obj in scenes[image_id].objects}
@@ -241,18 +241,73 @@ def test_noun_targets_spread_over_every_word_of_the_shapes_an_image_holds(tiny_w
     assert loss.ndim == 0 and float(loss) > 0
     del scenes[split.image_ids[3]]
     with pytest.raises(DataError, match=f"image id {split.image_ids[3]}"):
-        NounGrounding.build(split, scenes, ClipTokenizer(77))
+        Grounding.shape_nouns(split, scenes, ClipTokenizer(77))
 
 
-def test_noun_loss_trains_and_is_logged(tiny_world, tmp_path):
+def test_phrase_targets_are_the_phrases_the_world_parser_finds_true_of_the_scene(tiny_world):
+    """object_phrases: an image's target is on exactly the phrases that the world parser (not the
+    builder's own tables) reads as one object of its scene with all four attributes, evenly."""
+    from features.clip_models.tokens import ClipTokenizer
+    from features.world.parse import contradictions, parse_caption
+    from features.world.scene import load_world_scenes
+    from rewards.recipes.data import load_split
+    from rewards.recipes.grounding import Grounding
+
+    split = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", None)
+    scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
+    grounding = Grounding.object_phrases(split, scenes, ClipTokenizer(77))
+    assert len(set(grounding.words)) == len(grounding.words) == 2 * 8 * 3 * 7
+    claims = [parse_caption(text) for text in grounding.words]
+    assert all(len(c.mentions) == 1 and None not in (c.mentions[0].color, c.mentions[0].size,
+                                                     c.mentions[0].texture) for c in claims)
+    for row, image_id in enumerate(split.image_ids):
+        scene = scenes[image_id]
+        true = {text for text, c in zip(grounding.words, claims, strict=True) if not contradictions(c, scene)}
+        on = {text for text, weight in zip(grounding.words, grounding.targets[row].tolist(), strict=True) if weight}
+        assert on == true and len(on) == len({(o.size, o.color, o.texture, o.shape) for o in scene.objects})
+        torch.testing.assert_close(grounding.targets[row][grounding.targets[row] > 0],
+                                   torch.full((len(on),), 1 / len(on)))
+
+
+def test_noun_and_phrase_losses_train_and_are_logged(tiny_world, tmp_path):
     out = tmp_path / "nouns.safetensors"
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(out), "--epochs", "2", "--scenes", str(tiny_world / "scenes.json"),
                             "--set", "batch_size=16", "--set", "workers=0", "--set", "noun_loss=1.0",
-                            "--set", "eval_every=0"]) == 0
+                            "--set", "phrase_loss=0.5", "--set", "eval_every=0"]) == 0
     logged = [json.loads(line) for line in out.with_suffix(".metrics.jsonl").read_text().splitlines()]
-    assert all(r["noun_loss"] > 0 for r in logged)
-    assert logged[-1]["noun_loss"] < logged[0]["noun_loss"]
+    for key in ("noun_loss", "phrase_loss"):
+        assert all(r[key] > 0 for r in logged)
+        assert logged[-1][key] < logged[0][key]
+    load_open_clip(TINY_ARCH, str(out))
+
+
+def test_map_labels_name_what_is_centred_at_each_place_and_train_the_tower(tiny_world, tmp_path):
+    """vision_map_labels: each place of the tower's last map (here a ViT's 8x8 patch grid) is
+    labelled with the shape, colour, (shape, colour), size and texture of the objects centred in it;
+    the pretraining stage learns them (its map loss falls) and the model loads as before."""
+    from features.world.scene import load_world_scenes
+    from rewards.recipes.feature_maps import last_map_shape
+    from rewards.recipes.scene_labels import PER_PLACE, map_label
+
+    scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
+    assert last_map_shape(load_open_clip(TINY_ARCH).model.visual, "x")[1] == 8
+    for scene in list(scenes.values())[:10]:
+        label = map_label(scene, 8)
+        expected = torch.zeros_like(label)
+        for obj in scene.objects:
+            col, row = (min(7, int(v // (scene.image_size / 8))) for v in obj.center)
+            for fact in (obj.shape, obj.color, (obj.shape, obj.color), obj.size, obj.texture):
+                expected[row * 8 + col, PER_PLACE.index(fact)] = 1
+        assert torch.equal(label, expected) and label.sum() >= 5
+    out = tmp_path / "map.safetensors"
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(out), "--epochs", "1", "--scenes", str(tiny_world / "scenes.json"),
+                            "--set", "batch_size=16", "--set", "workers=0", "--set", "vision_pretrain_epochs=3",
+                            "--set", "vision_map_labels=1.0", "--set", "eval_every=0"]) == 0
+    logged = [json.loads(line) for line in out.with_suffix(".metrics.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in logged] == ["vision"] * 3 + ["clip"]
+    assert logged[2]["map_loss"] < logged[0]["map_loss"]
     load_open_clip(TINY_ARCH, str(out))
 
 

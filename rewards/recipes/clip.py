@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -45,9 +46,9 @@ from rewards.recipes.data import (
     pick,
 )
 from rewards.recipes.foil_report import foil_accuracy, foil_table
+from rewards.recipes.grounding import Grounding
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
-from rewards.recipes.noun_grounding import NounGrounding
 from rewards.recipes.scene_labels import pretrain_on_scene_labels
 from rewards.recipes.training import finished_summary, save_weights
 
@@ -75,6 +76,10 @@ class TrainClipConfig(RecipeConfig):
     lock_image_tower: bool = option(
         False, help="LiT: the contrastive stage trains the text tower and the temperature only, against an "
         "image tower kept as it starts (from `init` or vision_pretrain_epochs)")
+    vision_map_labels: float = option(
+        0.0, help="with vision_pretrain_epochs: weight of labels read off each place of the image tower's last "
+        "feature map (the shape, colour, size and texture of what is centred there), besides the scene labels "
+        "read off the embedding (0: off)", at_least=0)
     pool_position_std: float | None = option(
         None, help="from scratch only: draw the ResNet attention pool's position embedding with this std (open_clip's "
         "is 1/sqrt(width), which trained features soon drown, leaving the pool blind to where things are)", above=0)
@@ -90,6 +95,10 @@ class TrainClipConfig(RecipeConfig):
     noun_loss: float = option(
         0.0, help="weight of a loss that grounds the bare shape nouns (\"star\", \"stars\"; every shape word of the "
         "world) in the images that hold them, as F-CLIPScore reads them; needs `scenes` (0: off)", at_least=0)
+    phrase_loss: float = option(
+        0.0, help="weight of a loss that grounds object phrases (\"a small red striped circle\", every combination "
+        "of size, colour, texture and shape) in the images that hold such an object, against the phrases that "
+        "differ from it; needs `scenes` (0: off)", at_least=0)
 
 
 def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
@@ -123,9 +132,10 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     def evaluate(epoch: int) -> dict:
         return evaluate_retrieval(model, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
 
-    nouns = NounGrounding.build(train, scenes, tokenizer) if cfg.noun_loss else None
+    groundings = [(build(train, scenes, tokenizer), weight) for build, weight in
+                  ((Grounding.shape_nouns, cfg.noun_loss), (Grounding.object_phrases, cfg.phrase_loss)) if weight]
     step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none",
-                   nouns=nouns, noun_weight=cfg.noun_loss)
+                   groundings=groundings)
     result = run.fit(pair, dataset, TextBatcher(tokenizer), step,
                      Stage("clip", cfg.epochs, cfg.lr, cfg.warmup_steps), clamp_logit_scale, evaluate)
     summary = {"out": cfg.out, "arch": cfg.arch, "val": result["record"], "truncated_captions": tokenizer.truncated}
@@ -148,7 +158,8 @@ def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transf
     if not isinstance(width, int):
         raise ConfigError(f"vision_pretrain_epochs: cannot tell the output width of {cfg.arch}'s image tower "
                           "(open_clip's ResNet and ViT towers have one)")
-    pretrain_on_scene_labels(run, model.visual, width, train, transform, scenes, cfg.vision_pretrain_epochs)
+    pretrain_on_scene_labels(run, model.visual, width, train, transform, scenes, cfg.vision_pretrain_epochs,
+                             cfg.vision_map_labels)
 
 
 def lock(tower: torch.nn.Module) -> None:
@@ -212,7 +223,7 @@ class EncodedBatch:
 
 def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: torch.Tensor | None = None) -> EncodedBatch:
     """Normalised embeddings in one forward (DDP sees one call): the batch's images and texts, and
-    `extra_tokens` [V, L] texts shared by every image (the bare nouns of `noun_loss`)."""
+    `extra_tokens` [V, L] texts shared by every image (the groundings' nouns and phrases)."""
     tokens, mask = batch["tokens"], batch["mask"]
     b, t, length = tokens.shape
     flat = tokens.view(b * t, length)
@@ -239,20 +250,27 @@ def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: torch.Tensor
 
 
 def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bool = False,
-                     nouns: NounGrounding | None = None, noun_weight: float = 0.0
+                     groundings: Sequence[tuple[Grounding, float]] = ()
                      ) -> tuple[torch.Tensor, dict[str, float]]:
-    encoded = encode_pairs(model, batch, nouns.tokens if nouns is not None else None)
+    encoded = encode_pairs(model, batch, _cat_padded([g.tokens for g, _ in groundings]) if groundings else None)
     caption_ids = gather_with_grad(batch["caption_ids"]) if mask_same_captions else None
     parts = {"negatives": float(encoded.mask[:, 1:].sum()) / len(encoded.mask)}
     if encoded.image_negatives is not None:
         parts["image_negatives"] = len(encoded.image_negatives) / len(encoded.mask)
     loss = negclip_loss(encoded.image, encoded.text, encoded.mask, encoded.logit_scale, caption_ids,
                         encoded.image_negatives)
-    if nouns is not None:
-        noun_loss = nouns.loss(encoded.local_image, encoded.extra_text, encoded.logit_scale, batch["rows"])
-        parts["noun_loss"] = noun_loss.item()
-        loss = loss + noun_weight * noun_loss
+    if groundings:
+        texts = encoded.extra_text.split([len(g.words) for g, _ in groundings])
+        for (grounding, weight), grounded in zip(groundings, texts, strict=True):
+            term = grounding.loss(encoded.local_image, grounded, encoded.logit_scale, batch["rows"])
+            parts[grounding.name] = term.item()
+            loss = loss + weight * term
     return loss, parts
+
+
+def _cat_padded(tokens: list[torch.Tensor]) -> torch.Tensor:
+    width = max(t.shape[1] for t in tokens)
+    return torch.cat([F.pad(t, (0, width - t.shape[1])) for t in tokens])
 
 
 def clamp_logit_scale(pair: PairEncoder) -> None:
@@ -285,8 +303,9 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.vision_pretrain_epochs and not cfg.scenes:
         raise ConfigError("vision_pretrain_epochs needs 'scenes' (the world's scenes.json: the labels)")
-    if cfg.noun_loss and not cfg.scenes:
-        raise ConfigError("noun_loss needs 'scenes' (the world's scenes.json: which shapes each image holds)")
+    for key in ("noun_loss", "phrase_loss"):
+        if getattr(cfg, key) and not cfg.scenes:
+            raise ConfigError(f"{key} needs 'scenes' (the world's scenes.json: which objects each image holds)")
     if cfg.image_negatives == "world" and not cfg.scenes:
         raise ConfigError("image_negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.lock_image_tower and not (cfg.init or cfg.vision_pretrain_epochs):

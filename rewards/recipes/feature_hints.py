@@ -20,34 +20,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from features.clip_models.lclip import LClipVision
-from plumbing.errors import ConfigError
 from rewards.recipes.data import ImagesWithTargets, Split, collate_targets, image_batches, raise_errors
+from rewards.recipes.feature_maps import last_map, last_map_shape
 from rewards.recipes.loop import RecipeRun, Stage, to_channels_last
-
-
-def teacher_grid(visual: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """images -> the teacher tower's last feature map [B, C, h, w]."""
-    if not hasattr(visual, "forward_intermediates"):
-        raise ConfigError(f"hint_epochs: the teacher's image tower ({type(visual).__name__}) does not give its "
-                          "feature maps (open_clip's ResNet and ViT towers do)")
-
-    def grid(images: torch.Tensor) -> torch.Tensor:
-        out = visual.forward_intermediates(to_channels_last(images), indices=1, intermediates_only=True)
-        return out["image_intermediates"][-1]
-
-    return grid
 
 
 def student_side(tower: LClipVision) -> int:
     return math.isqrt(tower.positional_embedding.shape[0] - 1)
 
 
-@torch.no_grad()
 def hint_side(visual: nn.Module, student: int, device: torch.device) -> int:
     """The coarser of the student's grid side and the teacher's last map's."""
-    size = visual.image_size
-    side = size[0] if isinstance(size, (tuple, list)) else int(size)
-    return min(student, int(teacher_grid(visual)(torch.zeros(1, 3, side, side, device=device)).shape[-1]))
+    return min(student, last_map_shape(visual, "hint_epochs", device)[1])
 
 
 @torch.no_grad()
@@ -55,11 +39,11 @@ def teacher_hints(visual: nn.Module, split: Split, transform: Callable, side: in
                   workers: int, batch_size: int = 256) -> torch.Tensor:
     """The teacher's last map of every image of `split`, pooled to side x side: [N, side², C], each
     token layer-normed."""
-    grid = teacher_grid(visual)
+    grid = last_map(visual, "hint_epochs")
     chunks = []
     for batch in image_batches(split, transform, workers, batch_size):
         raise_errors(batch)
-        pooled = F.adaptive_avg_pool2d(grid(batch["images"].to(device)).float(), side).flatten(2).transpose(1, 2)
+        pooled = F.adaptive_avg_pool2d(grid(batch["images"].to(device))["map"].float(), side).flatten(2).transpose(1, 2)
         # a tiny eps: an untrained teacher's maps can be small, and the default eps would flatten them
         chunks.append(F.layer_norm(pooled, pooled.shape[-1:], eps=1e-12).cpu())
     return torch.cat(chunks)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,6 +193,7 @@ class RecipeRun:
             trim_log(self.log_path, first, stage.name)
         record: dict = {}
         for epoch in range(first, stage.epochs):
+            started = time.perf_counter()
             dataset.set_epoch(epoch)
             loader.set_epoch(epoch)
             sums = self._epoch(model, loader, optimizer, scheduler, loss_fn, after_step, f"{stage.name} {epoch + 1}/"
@@ -199,6 +201,7 @@ class RecipeRun:
             record = {"stage": stage.name, "epoch": epoch + 1, **sums}
             if evaluate is not None and self.is_main and self._evaluates(epoch + 1, stage.epochs):
                 record.update(evaluate(epoch))
+            record["seconds"] = round(time.perf_counter() - started, 2)
             self._end_epoch(stage.name, epoch + 1, record)
         model = acc.unwrap_model(model)
         acc.free_memory()

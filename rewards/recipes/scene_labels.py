@@ -18,6 +18,7 @@ embedding drawn wider (`pool_position_std`), the embedding carries place and bin
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 from features.world import lexicon
 from features.world.scene import Scene
 from rewards.recipes.data import ImagesWithTargets, Split, collate_targets
+from rewards.recipes.feature_maps import last_map, last_map_shape
 from rewards.recipes.loop import RecipeRun, Stage, to_channels_last
 
 KINDS = [(shape, color) for shape in lexicon.SHAPES for color in lexicon.COLORS]
@@ -33,6 +35,7 @@ PER_KIND = ["present", *lexicon.SIZES, *lexicon.TEXTURES, *PLACES]
 BACKGROUNDS = list(lexicon.BACKGROUNDS)
 COUNTS = [1, 2, 3, 4]
 PER_CELL = ["occupied", *lexicon.SHAPES, *lexicon.COLORS]
+PER_PLACE = [*lexicon.SHAPES, *lexicon.COLORS, *KINDS, *lexicon.SIZES, *lexicon.TEXTURES]  # of the tower's map
 CELLS_AT = len(KINDS) * len(PER_KIND) + len(BACKGROUNDS) + len(COUNTS)  # where the cell block starts
 LABELS = CELLS_AT + len(PLACES) * len(PER_CELL)
 
@@ -55,33 +58,69 @@ def scene_label(scene: Scene) -> torch.Tensor:
     return label
 
 
-class SceneProbe(torch.nn.Module):
-    """An image tower with a linear head onto the scene labels."""
+def map_label(scene: Scene, side: int) -> torch.Tensor:
+    """[side², PER_PLACE] 0/1: for each place of the tower's last map (row by row), the facts of the
+    objects whose centre falls there."""
+    label = torch.zeros(side * side, len(PER_PLACE))
+    for obj in scene.objects:
+        x, y = obj.center
+        place = min(int(side * y / scene.image_size), side - 1) * side + min(int(side * x / scene.image_size), side - 1)
+        for fact in (obj.shape, obj.color, (obj.shape, obj.color), obj.size, obj.texture):
+            label[place, PER_PLACE.index(fact)] = 1.0
+    return label
 
-    def __init__(self, visual: torch.nn.Module, embed_dim: int):
+
+class SceneProbe(torch.nn.Module):
+    """An image tower with a linear head onto the scene labels and, with `map_channels`, one onto each
+    place of its last feature map."""
+
+    def __init__(self, visual: torch.nn.Module, embed_dim: int, map_channels: int = 0):
         super().__init__()
         self.visual = visual
         self.head = torch.nn.Linear(embed_dim, LABELS)
+        self.map_head = torch.nn.Linear(map_channels, len(PER_PLACE)) if map_channels else None
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.visual(to_channels_last(images)))
+        if self.map_head is None:
+            return self.head(self.visual(to_channels_last(images)))
+        out = last_map(self.visual, "vision_map_labels")(images)
+        places = out["map"].flatten(2).transpose(1, 2)  # [B, h*w, C], row by row
+        return torch.cat([self.head(out["embedding"]), self.map_head(places).flatten(1)], dim=1)
 
 
-def scene_label_step(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-    """Binary cross-entropy summed over the labels, averaged over images."""
-    logits = model(batch["images"])
-    loss = F.binary_cross_entropy_with_logits(logits.float(), batch["targets"], reduction="sum") / len(logits)
+def scene_label_step(model: torch.nn.Module, batch: dict, map_weight: float = 0.0
+                     ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Binary cross-entropy summed over the labels, averaged over images (the map's labels, where
+    present, weighted by `map_weight`)."""
+    logits, targets = model(batch["images"]).float(), batch["targets"]
+    logits, map_logits = logits[:, :LABELS], logits[:, LABELS:]
+    targets, map_targets = targets[:, :LABELS], targets[:, LABELS:]
+    loss = F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / len(logits)
+    if map_weight:
+        map_loss = F.binary_cross_entropy_with_logits(map_logits, map_targets, reduction="sum") / len(logits)
+        loss = loss + map_weight * map_loss
     with torch.no_grad():
-        exact = ((logits > 0) == (batch["targets"] > 0.5)).all(dim=1).float().mean()
-    return loss, {"exact_labels": float(exact)}
+        exact = ((logits > 0) == (targets > 0.5)).all(dim=1).float().mean()
+    parts = {"exact_labels": float(exact)}
+    if map_weight:
+        parts["map_loss"] = map_loss.item()
+    return loss, parts
 
 
 def pretrain_on_scene_labels(run: RecipeRun, visual: torch.nn.Module, width: int, split: Split, transform: Callable,
-                             scenes: dict[int, Scene], epochs: int) -> None:
+                             scenes: dict[int, Scene], epochs: int, map_weight: float = 0.0) -> None:
     """Train an image tower (output width `width`) to predict the scene labels for `epochs`, as the
-    resumable stage "vision" of `run` at the recipe's lr and warmup; the head is dropped afterwards,
-    the tower keeps what it learned."""
-    probe = SceneProbe(visual, width)
-    stage = Stage("vision", epochs, run.cfg.lr, run.cfg.warmup_steps)
+    resumable stage "vision" of `run` at the recipe's lr and warmup; with `map_weight`, each place of
+    its last feature map also predicts what is centred there. The heads are dropped afterwards, the
+    tower keeps what it learned."""
     labels = [scene_label(scenes[image_id]) for image_id in split.image_ids]
-    run.fit(probe, ImagesWithTargets(split, transform, labels), collate_targets, scene_label_step, stage)
+    channels = 0
+    if map_weight:
+        channels, side = last_map_shape(visual, "vision_map_labels", next(visual.parameters()).device)
+        labels = [torch.cat([label, map_label(scenes[image_id], side).flatten()])
+                  for label, image_id in zip(labels, split.image_ids, strict=True)]
+    probe = SceneProbe(visual, width, channels)
+    stage = Stage("vision", epochs, run.cfg.lr, run.cfg.warmup_steps)
+    step = partial(scene_label_step, map_weight=map_weight)
+    run.fit(probe, ImagesWithTargets(split, transform, labels), collate_targets, step, stage)
+
