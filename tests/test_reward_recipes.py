@@ -222,6 +222,7 @@ def test_distill_hint_stage_teaches_the_students_tower_the_teachers_map(tiny_wor
     distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings), progress=False)
     logged = [json.loads(line) for line in out.with_suffix(".log.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in logged] == ["hints", "hints", "hints", "stage1", "stage2"]
+    assert all(r["seconds"] > 0 for r in logged)  # each epoch's wall time
     assert logged[2]["train_loss"] < logged[0]["train_loss"]
     assert logged[2]["hint_cosine"] > logged[0]["hint_cosine"]
     state = torch.load(out, weights_only=True)["state_dict"]
