@@ -39,7 +39,7 @@ def teacher_hints(visual: nn.Module, split: Split, transform: Callable, side: in
                   workers: int, batch_size: int = 256) -> torch.Tensor:
     """The teacher's last map of every image of `split`, pooled to side x side: [N, side², C], each
     token layer-normed."""
-    grid = last_map(visual, "hint_epochs")
+    grid = last_map(visual, "hint_epochs", embedding=False)
     chunks = []
     for batch in image_batches(split, transform, workers, batch_size):
         raise_errors(batch)

@@ -13,16 +13,18 @@ from plumbing.errors import ConfigError
 from rewards.recipes.loop import to_channels_last
 
 
-def last_map(visual: nn.Module, option: str) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
-    """images -> {"map": the last feature map [B, C, h, w], "embedding": the tower's output [B, d]}
-    in one forward. `option` names the config key that needs it, for the error."""
+def last_map(visual: nn.Module, option: str, embedding: bool = True
+             ) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """images -> {"map": the last feature map [B, C, h, w], "embedding": the tower's output [B, d]
+    (with `embedding`; else the pool is skipped)} in one forward. `option` names the config key that
+    needs it, for the error."""
     if not hasattr(visual, "forward_intermediates"):
         raise ConfigError(f"{option}: the image tower ({type(visual).__name__}) does not give its feature maps "
                           "(open_clip's ResNet and ViT towers do)")
 
     def forward(images: torch.Tensor) -> dict[str, torch.Tensor]:
-        out = visual.forward_intermediates(to_channels_last(images), indices=1)
-        return {"map": out["image_intermediates"][-1], "embedding": out["image_features"]}
+        out = visual.forward_intermediates(to_channels_last(images), indices=1, intermediates_only=not embedding)
+        return {"map": out["image_intermediates"][-1], **({"embedding": out["image_features"]} if embedding else {})}
 
     return forward
 
@@ -35,6 +37,6 @@ def last_map_shape(visual: nn.Module, option: str, device: torch.device | str = 
     side = size[0] if isinstance(size, (tuple, list)) else int(size)
     was_training = visual.training
     visual.eval()
-    grid = last_map(visual, option)(torch.zeros(1, 3, side, side, device=device))["map"]
+    grid = last_map(visual, option, embedding=False)(torch.zeros(1, 3, side, side, device=device))["map"]
     visual.train(was_training)
     return int(grid.shape[1]), int(grid.shape[-1])
