@@ -65,6 +65,12 @@ def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
                             "--out", str(tmp_path / "x.safetensors"), "--set", "vision_pretrain_epochs=2"]) == 2
     assert "vision_pretrain_epochs needs 'scenes'" in capsys.readouterr().err
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(tmp_path / "x.safetensors"), "--set", "vision_map_labels=1.0"]) == 2
+    assert "set vision_pretrain_epochs too" in capsys.readouterr().err
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(tmp_path / "x.safetensors"), "--set", "phrase_loss=1.0"]) == 2
+    assert "phrase_loss needs 'scenes'" in capsys.readouterr().err
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.safetensors"), "--set", "noun_loss=1.0"]) == 2
     assert "noun_loss needs 'scenes'" in capsys.readouterr().err
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),

@@ -301,6 +301,8 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError(f"train_clip 'out' must end in .safetensors, got {cfg.out!r}")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
+    if cfg.vision_map_labels and not cfg.vision_pretrain_epochs:
+        raise ConfigError("vision_map_labels is read during the scene-label stage: set vision_pretrain_epochs too")
     if cfg.vision_pretrain_epochs and not cfg.scenes:
         raise ConfigError("vision_pretrain_epochs needs 'scenes' (the world's scenes.json: the labels)")
     for key in ("noun_loss", "phrase_loss"):
