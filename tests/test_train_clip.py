@@ -58,21 +58,14 @@ def test_a_finished_model_is_reused_only_with_the_same_settings(tiny_world, worl
 
 
 def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
-    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
-                            "--out", str(tmp_path / "x.safetensors"), "--set", "image_negatives=world"]) == 2
-    assert "image_negatives: world needs 'scenes'" in capsys.readouterr().err
-    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
-                            "--out", str(tmp_path / "x.safetensors"), "--set", "vision_pretrain_epochs=2"]) == 2
-    assert "vision_pretrain_epochs needs 'scenes'" in capsys.readouterr().err
-    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
-                            "--out", str(tmp_path / "x.safetensors"), "--set", "vision_map_labels=1.0"]) == 2
-    assert "set vision_pretrain_epochs too" in capsys.readouterr().err
-    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
-                            "--out", str(tmp_path / "x.safetensors"), "--set", "phrase_loss=1.0"]) == 2
-    assert "phrase_loss needs 'scenes'" in capsys.readouterr().err
-    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
-                            "--out", str(tmp_path / "x.safetensors"), "--set", "noun_loss=1.0"]) == 2
-    assert "noun_loss needs 'scenes'" in capsys.readouterr().err
+    for setting, message in (("image_negatives=world", "image_negatives: world needs 'scenes'"),
+                             ("vision_pretrain_epochs=2", "vision_pretrain_epochs needs 'scenes'"),
+                             ("vision_map_labels=1.0", "set vision_pretrain_epochs too"),
+                             ("phrase_loss=1.0", "phrase_loss needs 'scenes'"),
+                             ("noun_loss=1.0", "noun_loss needs 'scenes'")):
+        assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                                "--out", str(tmp_path / "x.safetensors"), "--set", setting]) == 2, setting
+        assert message in capsys.readouterr().err
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.pt")]) == 2
     assert train_clip.main(["--dataset", str(tmp_path / "none.json"), "--images-root", str(tiny_world),

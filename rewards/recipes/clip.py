@@ -218,21 +218,20 @@ class EncodedBatch:
     logit_scale: torch.Tensor
     image_negatives: torch.Tensor | None  # [N, d] hard image negatives of the global batch
     local_image: torch.Tensor             # [b, d] this process's images
-    extra_text: torch.Tensor | None       # [V, d] the extra texts (the same on every process)
+    extra_texts: tuple[torch.Tensor, ...]  # [V_i, d] per list of extra texts (the same on every process)
 
 
-def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: torch.Tensor | None = None) -> EncodedBatch:
+def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: Sequence[torch.Tensor] = ()) -> EncodedBatch:
     """Normalised embeddings in one forward (DDP sees one call): the batch's images and texts, and
-    `extra_tokens` [V, L] texts shared by every image (the groundings' nouns and phrases)."""
+    each [V_i, L_i] list of `extra_tokens`, texts shared by every image (the groundings' nouns and phrases)."""
     tokens, mask = batch["tokens"], batch["mask"]
     b, t, length = tokens.shape
     flat = tokens.view(b * t, length)
     tree = prefix_tree(flat, t)  # the hard negatives repeat their caption's prefix: run it once
-    if extra_tokens is not None:
-        tree = tree.cat(PrefixTree.roots(len(extra_tokens), flat.device))
-        width = max(length, extra_tokens.shape[1])
-        flat = torch.cat([F.pad(flat, (0, width - length)),
-                          F.pad(extra_tokens.to(flat.device), (0, width - extra_tokens.shape[1]))])
+    extra_counts = [len(extra) for extra in extra_tokens]
+    if extra_tokens:
+        tree = tree.cat(PrefixTree.roots(sum(extra_counts), flat.device))
+        flat = _cat_padded([flat, *(extra.to(flat.device) for extra in extra_tokens)])
     images = batch["images"]
     negatives = batch.get("negative_images")
     if negatives is not None:
@@ -240,7 +239,7 @@ def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: torch.Tensor
     image, text, scale = model(images, flat, tree)
     image = F.normalize(image.float(), dim=-1)
     text = F.normalize(text.float(), dim=-1)
-    text, extra = text[: b * t], (text[b * t:] if extra_tokens is not None else None)
+    text, extra = text[: b * t], tuple(text[b * t:].split(extra_counts))
     image_negatives = None
     if negatives is not None:
         image, image_negatives = image[:b], image[b:]
@@ -252,23 +251,23 @@ def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: torch.Tensor
 def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bool = False,
                      groundings: Sequence[tuple[Grounding, float]] = ()
                      ) -> tuple[torch.Tensor, dict[str, float]]:
-    encoded = encode_pairs(model, batch, _cat_padded([g.tokens for g, _ in groundings]) if groundings else None)
+    encoded = encode_pairs(model, batch, [grounding.tokens for grounding, _ in groundings])
     caption_ids = gather_with_grad(batch["caption_ids"]) if mask_same_captions else None
     parts = {"negatives": float(encoded.mask[:, 1:].sum()) / len(encoded.mask)}
     if encoded.image_negatives is not None:
         parts["image_negatives"] = len(encoded.image_negatives) / len(encoded.mask)
     loss = negclip_loss(encoded.image, encoded.text, encoded.mask, encoded.logit_scale, caption_ids,
                         encoded.image_negatives)
-    if groundings:
-        texts = encoded.extra_text.split([len(g.words) for g, _ in groundings])
-        for (grounding, weight), grounded in zip(groundings, texts, strict=True):
-            term = grounding.loss(encoded.local_image, grounded, encoded.logit_scale, batch["rows"])
-            parts[grounding.name] = term.item()
-            loss = loss + weight * term
+    for (grounding, weight), grounded in zip(groundings, encoded.extra_texts, strict=True):
+        term = grounding.loss(encoded.local_image, grounded, encoded.logit_scale, batch["rows"])
+        parts[grounding.name] = term.item()
+        loss = loss + weight * term
     return loss, parts
 
 
 def _cat_padded(tokens: list[torch.Tensor]) -> torch.Tensor:
+    """Token rows of several widths as one [N, widest] tensor, padded with 0 (after EOT, which the
+    causal text tower never reads)."""
     width = max(t.shape[1] for t in tokens)
     return torch.cat([F.pad(t, (0, width - t.shape[1])) for t in tokens])
 

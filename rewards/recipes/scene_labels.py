@@ -85,11 +85,12 @@ class SceneProbe(torch.nn.Module):
         self.visual = visual
         self.head = torch.nn.Linear(embed_dim, LABELS)
         self.map_head = torch.nn.Linear(map_channels, len(PER_PLACE)) if map_channels else None
+        self.read_map = last_map(visual, "vision_map_labels") if map_channels else None
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        if self.map_head is None:
+        if self.read_map is None:
             return self.head(self.visual(to_channels_last(images)))
-        out = last_map(self.visual, "vision_map_labels")(images)
+        out = self.read_map(images)
         places = out["map"].flatten(2).transpose(1, 2)  # [B, h*w, C], row by row
         return torch.cat([self.head(out["embedding"]), self.map_head(places).flatten(1)], dim=1)
 
