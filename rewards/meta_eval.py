@@ -12,7 +12,8 @@ Input formats (JSON lists; `references` may be omitted when --references gives t
           "ratings": [3, 4]}  or  "rating": 3.5                            (Flickr8k-Expert / Composite style)
 
 foil: accuracy at scoring the correct caption above its foil, per foil kind; pairs: accuracy at
-preferring the human choice, per category; human: Kendall τ_b, τ_c and Pearson r against the
+preferring the human choice, per category (both also "all", over every item, and "mean", the
+unweighted mean of the kinds or categories); human: Kendall τ_b, τ_c and Pearson r against the
 mean rating. A tie counts one half. Metrics come from the suite (--metrics, default all that are
 available); CLIP-family metrics need `reward_models` in --config (e.g. configs/scoring_world.yaml, with image
 embeddings for the ids).

@@ -49,7 +49,7 @@ def test_foil_format(tmp_path):
                {"image_id": 2, "caption": "a red bus on the street", "references": OTHER_REFS,
                 "foils": [{"caption": "a red car in a kitchen", "kind": "object"}]}]
     result = _run(tmp_path, "foil", entries)
-    assert set(result["short"]["bleu_4"]) == {"all", "object", "added"}
+    assert set(result["short"]["bleu_4"]) == {"all", "mean", "object", "added"}
     assert result["short"]["cider"]["added"] == 1.0
 
 
@@ -59,7 +59,19 @@ def test_pairs_format_prefers_the_human_choice(tmp_path):
                {"image_id": 2, "candidates": ["two cats", "a red bus on a street"], "references": OTHER_REFS,
                 "preference": 1, "category": "HM"}]
     result = _run(tmp_path, "pairs", entries)
-    assert result["cider"] == {"HI": 1.0, "HM": 1.0, "all": 1.0}
+    assert result["cider"] == {"HI": 1.0, "HM": 1.0, "all": 1.0, "mean": 1.0}
+
+
+def test_mean_weighs_each_category_once(tmp_path):
+    """Three won HI pairs and one lost HM pair: 0.75 over the items, 0.5 over the categories."""
+    dog = {"candidates": ["a dog runs on the grass", "a plate of food"], "references": REFS}
+    bus = {"candidates": ["a red bus on a street", "two cats"], "references": OTHER_REFS}
+    entries = [{**dog, "image_id": 0, "preference": 0, "category": "HI"},
+               {**bus, "image_id": 1, "preference": 0, "category": "HI"},
+               {**dog, "image_id": 2, "preference": 0, "category": "HI"},
+               {**bus, "image_id": 3, "preference": 1, "category": "HM"}]
+    result = _run(tmp_path, "pairs", entries)
+    assert result["cider"] == {"HI": 1.0, "HM": 0.0, "all": 0.75, "mean": 0.5}
 
 
 def test_human_format_correlates(tmp_path):

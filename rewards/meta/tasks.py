@@ -105,14 +105,20 @@ def human_correlation(path, suite: MetricSuite, references=None) -> dict:
 
 
 def _grouped(outcomes: dict[str, list[tuple[str, float]]]) -> dict:
+    """Accuracy per group, "all" over every item and, with two groups or more, "mean" over the groups:
+    when the groups differ in size, a gain on a large one can hide a loss on a small one in "all"."""
     table = {}
     for name, pairs in outcomes.items():
         groups: dict[str, list[float]] = defaultdict(list)
         for group, win in pairs:
             groups[group].append(win)
-            if group != "all":
-                groups["all"].append(win)
-        table[name] = {group: sum(v) / len(v) for group, v in sorted(groups.items())}
+        accuracy = {group: sum(v) / len(v) for group, v in groups.items()}
+        named = [value for group, value in accuracy.items() if group != "all"]
+        wins = [win for _, win in pairs]
+        accuracy["all"] = sum(wins) / len(wins)
+        if len(named) > 1:
+            accuracy["mean"] = sum(named) / len(named)
+        table[name] = dict(sorted(accuracy.items()))
     return table
 
 
