@@ -72,6 +72,9 @@ def test_mean_weighs_each_category_once(tmp_path):
                {**bus, "image_id": 3, "preference": 1, "category": "HM"}]
     result = _run(tmp_path, "pairs", entries)
     assert result["cider"] == {"HI": 1.0, "HM": 0.0, "all": 0.75, "mean": 0.5}
+    entries[3]["category"] = "mean"  # a category of that name is not overwritten by the mean
+    result = _run(tmp_path, "pairs", entries)
+    assert result["cider"] == {"HI": 1.0, "mean": 0.0, "all": 0.75}
 
 
 def test_human_format_correlates(tmp_path):

@@ -116,7 +116,7 @@ def _grouped(outcomes: dict[str, list[tuple[str, float]]]) -> dict:
         named = [value for group, value in accuracy.items() if group != "all"]
         wins = [win for _, win in pairs]
         accuracy["all"] = sum(wins) / len(wins)
-        if len(named) > 1:
+        if len(named) > 1 and "mean" not in accuracy:  # a kind of that name keeps its own value
             accuracy["mean"] = sum(named) / len(named)
         table[name] = dict(sorted(accuracy.items()))
     return table
