@@ -62,10 +62,15 @@ def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
                              ("vision_pretrain_epochs=2", "vision_pretrain_epochs needs 'scenes'"),
                              ("vision_map_labels=1.0", "set vision_pretrain_epochs too"),
                              ("phrase_loss=1.0", "phrase_loss needs 'scenes'"),
-                             ("noun_loss=1.0", "noun_loss needs 'scenes'")):
+                             ("noun_loss=1.0", "noun_loss needs 'scenes'"),
+                             ("relation_loss=1.0", "relation_loss needs 'scenes'")):
         assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                                 "--out", str(tmp_path / "x.safetensors"), "--set", setting]) == 2, setting
         assert message in capsys.readouterr().err
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(tmp_path / "x.safetensors"), "--scenes", str(tiny_world / "scenes.json"),
+                            "--set", "relation_loss=1.0", "--set", "mirror=random"]) == 2
+    assert "cannot be used with mirror" in capsys.readouterr().err
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.pt")]) == 2
     assert train_clip.main(["--dataset", str(tmp_path / "none.json"), "--images-root", str(tiny_world),
@@ -268,14 +273,66 @@ def test_phrase_targets_are_the_phrases_the_world_parser_finds_true_of_the_scene
                                    torch.full((len(on),), 1 / len(on)))
 
 
+def test_relation_targets_are_the_relations_the_world_parser_finds_true_of_the_scene(tiny_world):
+    """relation_phrases: where both shapes are unique in the scene (so the parser's reading is not
+    ambiguous), a shape phrase is on exactly when the parser finds it true and its relation stated by
+    the scene; each relation word is on as often as its inverse; one-object scenes sit out."""
+    from features.clip_models.tokens import ClipTokenizer
+    from features.world.parse import contradictions, match_object, parse_caption
+    from features.world.scene import load_world_scenes
+    from rewards.recipes.data import load_split
+    from rewards.recipes.grounding import Grounding
+
+    split = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", None)
+    scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
+    grounding = Grounding.relation_phrases(split, scenes, ClipTokenizer(77))
+    assert len(set(grounding.words)) == len(grounding.words) == 4 * (8 * 8 + 7 * 7)
+    shape_phrases = [(i, text, parse_caption(text)) for i, text in enumerate(grounding.words)
+                     if "shape" not in text]
+    assert all(len(c.mentions) == 2 and len(c.relations) == 1 for _, _, c in shape_phrases)
+    checked, word_counts = 0, {relation: 0 for relation in lexicon.RELATIONS}
+    for row, image_id in enumerate(split.image_ids):
+        scene, target = scenes[image_id], grounding.targets[row]
+        if len(scene.objects) == 1:
+            assert float(target.sum()) == 0
+            continue
+        assert abs(float(target.sum()) - 1.0) < 1e-6
+        named = {o.shape for o in scene.objects} | {o.color for o in scene.objects}
+        assert [bool(c) for c in grounding.candidates[row]] == [  # the softmax runs over its own objects' pairs
+            all(word in named for word in text.split() if word in lexicon.SHAPES or word in lexicon.COLORS)
+            for text in grounding.words]
+        assert not bool((target > 0)[~grounding.candidates[row]].any())
+        unique = {shape for shape in (o.shape for o in scene.objects)
+                  if sum(o.shape == shape for o in scene.objects) == 1}
+        for i, text, claims in shape_phrases:
+            if {m.shape for m in claims.mentions} <= unique:
+                subject, relation, other = claims.relations[0]
+                a, b = (match_object(claims.mentions[k], scene) for k in (subject, other))
+                true = not contradictions(claims, scene) and scene.holds(a.id, relation, b.id)
+                assert bool(target[i] > 0) == true, (image_id, text)
+                checked += 1
+        for i, text in enumerate(grounding.words):
+            if target[i] > 0:
+                word_counts[next(r for r in lexicon.RELATIONS if lexicon.RELATION_PHRASES[r][0] in text)] += 1
+    assert checked > 100
+    assert word_counts["left of"] == word_counts["right of"] and word_counts["above"] == word_counts["below"]
+    image = torch.nn.functional.normalize(torch.randn(2, 8), dim=-1)
+    texts = torch.nn.functional.normalize(torch.randn(len(grounding.words), 8), dim=-1)
+    one_object = [row for row, image_id in enumerate(split.image_ids) if len(scenes[image_id].objects) == 1]
+    assert float(grounding.loss(image[:1], texts, torch.tensor(0.0), torch.tensor(one_object[:1]))) == 0
+    several = [row for row, image_id in enumerate(split.image_ids) if len(scenes[image_id].objects) > 1][:2]
+    loss = float(grounding.loss(image, texts, torch.tensor(0.0), torch.tensor(several)))
+    assert 0 < loss < float("inf")  # masked-out texts leave no -inf behind
+
+
 def test_noun_and_phrase_losses_train_and_are_logged(tiny_world, tmp_path):
     out = tmp_path / "nouns.safetensors"
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(out), "--epochs", "2", "--scenes", str(tiny_world / "scenes.json"),
                             "--set", "batch_size=16", "--set", "workers=0", "--set", "noun_loss=1.0",
-                            "--set", "phrase_loss=0.5", "--set", "eval_every=0"]) == 0
+                            "--set", "phrase_loss=0.5", "--set", "relation_loss=0.5", "--set", "eval_every=0"]) == 0
     logged = [json.loads(line) for line in out.with_suffix(".metrics.jsonl").read_text().splitlines()]
-    for key in ("noun_loss", "phrase_loss"):
+    for key in ("noun_loss", "phrase_loss", "relation_loss"):
         assert all(r[key] > 0 for r in logged)
         assert logged[-1][key] < logged[0][key]
     load_open_clip(TINY_ARCH, str(out))

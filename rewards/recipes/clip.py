@@ -99,6 +99,11 @@ class TrainClipConfig(RecipeConfig):
         0.0, help="weight of a loss that grounds object phrases (\"a small red striped circle\", every combination "
         "of size, colour, texture and shape) in the images that hold such an object, against the phrases that "
         "differ from it; needs `scenes` (0: off)", at_least=0)
+    relation_loss: float = option(
+        0.0, help="weight of a loss that grounds relation phrases (\"a circle to the left of a star\", \"a red shape "
+        "above a blue shape\") in the images where they hold, against the other relations of the image's own "
+        "objects; needs `scenes`, not with `mirror` (0: off)",
+        at_least=0)
 
 
 def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
@@ -133,7 +138,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         return evaluate_retrieval(model, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
 
     groundings = [(build(train, scenes, tokenizer), weight) for build, weight in
-                  ((Grounding.shape_nouns, cfg.noun_loss), (Grounding.object_phrases, cfg.phrase_loss)) if weight]
+                  ((Grounding.shape_nouns, cfg.noun_loss), (Grounding.object_phrases, cfg.phrase_loss),
+                   (Grounding.relation_phrases, cfg.relation_loss)) if weight]
     step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none",
                    groundings=groundings)
     result = run.fit(pair, dataset, TextBatcher(tokenizer), step,
@@ -304,9 +310,11 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError("vision_map_labels is read during the scene-label stage: set vision_pretrain_epochs too")
     if cfg.vision_pretrain_epochs and not cfg.scenes:
         raise ConfigError("vision_pretrain_epochs needs 'scenes' (the world's scenes.json: the labels)")
-    for key in ("noun_loss", "phrase_loss"):
+    for key in ("noun_loss", "phrase_loss", "relation_loss"):
         if getattr(cfg, key) and not cfg.scenes:
             raise ConfigError(f"{key} needs 'scenes' (the world's scenes.json: which objects each image holds)")
+    if cfg.relation_loss and cfg.mirror != "none":
+        raise ConfigError("relation_loss reads relations off the unflipped scenes; it cannot be used with mirror")
     if cfg.image_negatives == "world" and not cfg.scenes:
         raise ConfigError("image_negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.lock_image_tower and not (cfg.init or cfg.vision_pretrain_epochs):
