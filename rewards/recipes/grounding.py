@@ -64,37 +64,37 @@ class Grounding:
                 phrase = lexicon.RELATION_PHRASES[relation][0]
                 words.append(f"a {noun.format(a)} {phrase} a {noun.format(b)}")
                 keys.append((a, relation, b))
-        grounding = cls._build("relation_loss", words, keys, _relations_held, split, scenes, tokenizer,
-                               allow_none=True)
-        grounding.candidates = torch.tensor([[a in named and b in named for a, _, b in keys]
-                                             for named in map(_named, (scenes[i] for i in split.image_ids))])
-        return grounding
+        return cls._build("relation_loss", words, keys, _relations_held, split, scenes, tokenizer,
+                          allow_none=True, candidates_of=_relations_about_own_objects)
 
     @classmethod
     def _build(cls, name: str, words: list[str], keys: Sequence, keys_of: Callable[[Scene], set],
-               split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer,
-               allow_none: bool = False) -> Grounding:
+               split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer, allow_none: bool = False,
+               candidates_of: Callable[[Scene], set] | None = None) -> Grounding:
         """`keys[i]` is what text i says; an image holds the texts whose key is in `keys_of` its
-        scene. With `allow_none`, an image that holds none gets a zero row (it sits the loss out)."""
+        scene. With `allow_none`, an image that holds none gets a zero row (it sits the loss out).
+        `candidates_of` narrows each image's softmax to the texts whose key is in it (None: all)."""
         missing = [image_id for image_id in split.image_ids if image_id not in scenes]
         if missing:
             raise DataError(f"{name}: image id {missing[0]} of the train split has no scene in `scenes`")
-        held_keys = [keys_of(scenes[image_id]) for image_id in split.image_ids]
-        held = torch.tensor([[float(key in keys_of_image) for key in keys] for keys_of_image in held_keys])
+        split_scenes = [scenes[image_id] for image_id in split.image_ids]
+        held = _indicator(keys, map(keys_of, split_scenes))
         counts = held.sum(1, keepdim=True)
         if not allow_none and (counts == 0).any():
             image_id = split.image_ids[int((counts[:, 0] == 0).nonzero()[0])]
             raise DataError(f"{name}: the scene of image id {image_id} holds no object")
-        return cls(name, words, tokenizer.padded(tokenizer.ids(words)), held / counts.clamp(min=1))
+        candidates = None if candidates_of is None else _indicator(keys, map(candidates_of, split_scenes)).bool()
+        return cls(name, words, tokenizer.padded(tokenizer.ids(words)), held / counts.clamp(min=1), candidates)
 
     def loss(self, image: torch.Tensor, texts: torch.Tensor, logit_scale: torch.Tensor,
              rows: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of each image [B, d] over the text embeddings [V, d] (both normalised)."""
         logits = logit_scale.exp() * image @ texts.t()
-        target = self.targets[rows.cpu()].to(image.device)  # only the batch's rows travel, not the table
-        if self.candidates is None:
+        rows = rows.cpu()
+        target = self.targets[rows].to(image.device)  # only the batch's rows travel, not the table
+        if self.candidates is None:  # every row sums to 1: the plain mean (the shipped noun loss, bit for bit)
             return -(target * logits.log_softmax(-1)).sum(-1).mean()
-        logits = logits.masked_fill(~self.candidates[rows.cpu()].to(image.device), float("-inf"))
+        logits = logits.masked_fill(~self.candidates[rows].to(image.device), float("-inf"))
         log_p = logits.log_softmax(-1).masked_fill(target == 0, 0.0)  # no 0 * -inf
         return -(target * log_p).sum() / target.sum().clamp(min=1)  # a row sums to 1, or to 0 where it sits out
 
@@ -103,8 +103,17 @@ def _each_object(key_of: Callable[[WorldObject], object]) -> Callable[[Scene], s
     return lambda scene: {key_of(obj) for obj in scene.objects}
 
 
-def _named(scene: Scene) -> set[str]:
-    return {obj.shape for obj in scene.objects} | {obj.color for obj in scene.objects}
+def _indicator(keys: Sequence, key_sets) -> torch.Tensor:
+    """[images, keys]: 1 where the image's set holds the key."""
+    return torch.tensor([[float(key in held) for key in keys] for held in key_sets])
+
+
+def _relations_about_own_objects(scene: Scene) -> set:
+    """Every (shape, relation, shape) and (colour, relation, colour) naming two of the scene's own
+    shapes (colours), true or not."""
+    own = ({obj.shape for obj in scene.objects}, {obj.color for obj in scene.objects})
+    return {(a, relation, b) for names in own for a, b in itertools.product(names, names)
+            for relation in lexicon.RELATIONS}
 
 
 def _relations_held(scene: Scene) -> set:
