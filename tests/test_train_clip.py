@@ -391,3 +391,30 @@ def test_texts_grouped_by_length_encode_as_one_padded_batch_does():
     padded = sum(m * len(g) for m, g in zip(maxima, groups, strict=True))
     assert padded <= 1.35 * sum(lengths), (padded, sum(lengths))
     assert [(g.tolist(), longest) for g, longest in length_groups(torch.tensor([7]))] == [([0], 7)]
+
+
+def test_the_foil_table_describes_the_saved_weights(tiny_world, tmp_path, monkeypatch):
+    """The world-foil table a run ends with is measured in eval mode (batch norms on their running
+    statistics, not on a batch of val images), so it is what the saved weights score loaded back."""
+    from features.clip_models.tokens import ClipTokenizer
+    from rewards.recipes.data import load_split
+
+    measured = clip_recipe.foil_accuracy
+    modes = []
+
+    def spy(encode_image, *args, **kwargs):
+        modes.append(encode_image.__self__.training)
+        return measured(encode_image, *args, **kwargs)
+
+    monkeypatch.setattr(clip_recipe, "foil_accuracy", spy)
+    out, scenes = tmp_path / "rn.safetensors", str(tiny_world / "scenes.json")
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--arch", "world-clip-rn", "--scenes", scenes, "--epochs", "1", "--out", str(out),
+                            "--set", "batch_size=16", "--set", "workers=0"]) == 0
+    assert modes == [False]
+    loaded = load_open_clip("world-clip-rn", str(out))
+    val = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "val")
+    again = measured(loaded.model.encode_image, clip_text_forward(loaded.model),
+                     ClipTokenizer(int(loaded.model.context_length)), val, loaded.preprocess, scenes, "clip_s",
+                     torch.device("cpu"))
+    assert json.loads(out.with_suffix(".json").read_text())["world_foils"] == again

@@ -172,12 +172,14 @@ class RecipeRun:
     def fit(self, model: torch.nn.Module, dataset: Dataset, collate: Callable, loss_fn: LossFn, stage: Stage,
             after_step: Callable[[torch.nn.Module], None] | None = None,
             evaluate: Callable[[int], dict] | None = None) -> dict:
-        """Train `model` (a PairEncoder) for the stage's epochs, resuming where a run stopped."""
+        """Train `model` (a PairEncoder) for the stage's epochs, resuming where a run stopped. The
+        model comes back in eval mode: what a recipe then measures (its world-foil table) is what the
+        saved weights score when loaded, batch norms on their running statistics."""
         cfg, acc = self.cfg, self.accelerator
         first = self._epochs_done(stage.name)
         if first >= stage.epochs:  # finished before an interruption: its weights, no training
             load_model(model, str(self._stage_dir(stage.name) / "model.safetensors"))
-            return {"model": model.to(self.device), "record": {}}
+            return {"model": model.to(self.device).eval(), "record": {}}
         loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=len(dataset) > cfg.batch_size,
                             num_workers=cfg.workers, collate_fn=collate, persistent_workers=cfg.workers > 0,
                             generator=torch.Generator().manual_seed(cfg.seed))
@@ -203,7 +205,7 @@ class RecipeRun:
                 record.update(evaluate(epoch))
             record["seconds"] = round(time.perf_counter() - started, 2)
             self._end_epoch(stage.name, epoch + 1, record)
-        model = acc.unwrap_model(model)
+        model = acc.unwrap_model(model).eval()
         acc.free_memory()
         return {"model": model, "record": record}
 

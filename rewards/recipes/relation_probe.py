@@ -1,0 +1,124 @@
+"""Where a CLIP on the offline world loses spatial relations: in its image embedding, or in its
+text tower's reading of the relation words.
+
+Two measurements, each split by axis (horizontal: left of / right of; vertical: above / below):
+
+- the rendered relation foils (rewards.recipes.foil_report), with the cosine between the true
+  caption's and the foil's text embeddings: near 1, the text tower hardly tells the two relation
+  words apart, whatever the image;
+- a linear readout of where each object is from the image embedding alone: ridge regression from
+  the embedding to the centre of every shape (colour) that is unique in its scene, fitted on one
+  split and read on another, with how often it orders two such objects as the scene does (for
+  pairs whose relation holds on that axis). High order accuracy with foils at chance puts the loss
+  in the text tower.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+import torch
+
+from features.world import lexicon
+from features.world.captions import reading_order
+from features.world.scene import RELATION_MARGIN, Scene, dominant_relation
+from rewards.recipes.foil_report import FoilJudgement
+
+AXES = ("horizontal", "vertical")
+AXIS_OF = {"left of": "horizontal", "right of": "horizontal", "above": "vertical", "below": "vertical"}
+# name: (the objects' attribute, its values)
+GROUPS = {"shape": ("shape", tuple(lexicon.SHAPES)), "colour": ("color", tuple(lexicon.COLORS))}
+RIDGE = 1e-2
+
+
+def stated_axes(scene: Scene) -> dict[str, str | None]:
+    """The axis of the relations a rendered caption states: the short caption's one relation, and
+    the long caption's (None with one object; "mixed" where the long caption states both)."""
+    objects = reading_order(scene)
+    if len(objects) < 2:
+        return {"short": None, "long": None}
+    long_axes = {AXIS_OF[dominant_relation(objects[k], objects[k - 1])] for k in range(1, len(objects))}
+    return {"short": AXIS_OF[dominant_relation(objects[0], objects[1])],
+            "long": long_axes.pop() if len(long_axes) == 1 else "mixed"}
+
+
+def relation_foils_by_axis(judged: list[FoilJudgement], scenes: list[Scene]) -> list[dict]:
+    """Rows {captions, axis, foils, accuracy, text_cosine} for the relation foils (scenes[row] is
+    the scene of judgement.row)."""
+    groups: dict[tuple[str, str], list[FoilJudgement]] = defaultdict(list)
+    for j in judged:
+        if j.kind == "relation":
+            axis = stated_axes(scenes[j.row])[j.captions]
+            groups[(j.captions, axis)].append(j)
+    return [{"captions": captions, "axis": axis, "foils": len(rows),
+             "accuracy": sum(j.win for j in rows) / len(rows),
+             "text_cosine": sum(j.text_cosine for j in rows) / len(rows)}
+            for (captions, axis), rows in sorted(groups.items())]
+
+
+def centre_targets(scenes: list[Scene]) -> dict[str, torch.Tensor]:
+    """{group: [N, names, 2]} each unique shape's (colour's) centre over the image side, NaN where
+    the scene has none or several."""
+    out = {}
+    for group, (attribute, names) in GROUPS.items():
+        target = torch.full((len(scenes), len(names), 2), float("nan"))
+        for row, scene in enumerate(scenes):
+            values = [getattr(o, attribute) for o in scene.objects]
+            for obj, value in zip(scene.objects, values, strict=True):
+                if values.count(value) == 1:
+                    target[row, names.index(value)] = torch.tensor(obj.center) / scene.image_size
+        out[group] = target
+    return out
+
+
+def fit_readout(embeddings: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Ridge weights [d + 1, K] from embeddings [N, d] to each target column [N, K], each fitted on
+    the rows where it is known (not NaN)."""
+    design = torch.cat([embeddings.double(), torch.ones(len(embeddings), 1, dtype=torch.float64)], dim=1)
+    weights = torch.zeros(design.shape[1], targets.shape[1], dtype=torch.float64)
+    for k in range(targets.shape[1]):
+        known = ~targets[:, k].isnan()
+        if known.sum() < 2:
+            continue
+        a = design[known]
+        weights[:, k] = torch.linalg.solve(a.T @ a + RIDGE * torch.eye(a.shape[1], dtype=torch.float64),
+                                           a.T @ targets[known, k].double())
+    return weights
+
+
+def read_positions(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embeddings: torch.Tensor,
+                   scenes: list[Scene]) -> list[dict]:
+    """Rows {axis, r2, order_by_shape, order_by_colour, pairs_by_shape, pairs_by_colour}: the readout
+    fitted on (fit_embeddings, fit_scenes), measured on (embeddings, scenes)."""
+    fit_targets, targets = centre_targets(fit_scenes), centre_targets(scenes)
+    design = torch.cat([embeddings.double(), torch.ones(len(embeddings), 1, dtype=torch.float64)], dim=1)
+    rows = []
+    for a, axis in enumerate(AXES):
+        row: dict = {"axis": axis}
+        truth_all, predicted_all = [], []
+        for group in GROUPS:
+            truth = targets[group][:, :, a].double()
+            predicted = design @ fit_readout(fit_embeddings, fit_targets[group][:, :, a])
+            truth_all.append(truth[~truth.isnan()])
+            predicted_all.append(predicted[~truth.isnan()])
+            wins = _ordered_pairs(truth, predicted)
+            row[f"order_by_{group}"] = sum(wins) / len(wins) if wins else float("nan")
+            row[f"pairs_by_{group}"] = len(wins)
+        truth, predicted = torch.cat(truth_all), torch.cat(predicted_all)
+        row["r2"] = float(1 - ((predicted - truth) ** 2).sum() / ((truth - truth.mean()) ** 2).sum())
+        rows.append(row)
+    return rows
+
+
+def _ordered_pairs(truth: torch.Tensor, predicted: torch.Tensor) -> list[float]:
+    """For every two known objects of a row whose centres differ by more than the world's relation
+    margin: 1 when the readout orders them as the scene does."""
+    wins = []
+    for row in range(len(truth)):
+        known = (~truth[row].isnan()).nonzero().flatten().tolist()
+        for i, j in itertools.combinations(known, 2):
+            gap = truth[row, i] - truth[row, j]
+            if abs(gap) > RELATION_MARGIN:
+                wins.append(float((predicted[row, i] - predicted[row, j]) * gap > 0))
+    return wins

@@ -1,0 +1,80 @@
+"""rewards.probe_relations: relation foils split by axis, and object centres read from the image embedding."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import torch
+
+from features.world.parse import parse_caption
+from features.world.scene import load_scenes
+from rewards import probe_relations
+from rewards.recipes.data import load_split
+from rewards.recipes.foil_report import split_foils
+from rewards.recipes.relation_probe import AXIS_OF, GROUPS, centre_targets, read_positions, stated_axes
+
+
+def test_stated_axes_are_the_axes_the_rendered_captions_state(tiny_world):
+    """Checked with the world parser on the captions the foils are made from, not with the rule that
+    chose the relations."""
+    scenes = load_scenes(tiny_world / "scenes.json")
+    split = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train")
+    items = split_foils(split, scenes)
+    seen = set()
+    for image_id, item in zip(split.image_ids, items, strict=True):
+        axes = stated_axes(scenes[image_id])
+        for captions, field in (("short", "caption"), ("long", "long_caption")):
+            stated = {AXIS_OF[relation] for _, relation, _ in parse_caption(item[field]).relations}
+            if not stated:
+                assert axes[captions] is None
+                continue
+            assert axes[captions] == (stated.pop() if len(stated) == 1 else "mixed"), item[field]
+            seen.add(axes[captions])
+    assert {"horizontal", "vertical"} <= seen
+
+
+def test_a_readout_of_an_embedding_that_holds_the_centres_orders_every_pair(tiny_world):
+    scenes = list(load_scenes(tiny_world / "scenes.json").values())
+    targets = centre_targets(scenes)
+    # each unique shape's and colour's centre, and whether it is there: a linear code of the positions
+    known = {g: ~t.isnan() for g, t in targets.items()}
+    embedding = torch.cat([torch.cat([targets[g].nan_to_num(0.0).flatten(1), known[g].float().flatten(1)], 1)
+                           for g in GROUPS], 1)
+    rows = read_positions(embedding, scenes, embedding, scenes)
+    assert [r["axis"] for r in rows] == ["horizontal", "vertical"]
+    for row in rows:
+        assert row["r2"] > 0.99
+        assert row["order_by_shape"] == row["order_by_colour"] == 1.0 and row["pairs_by_colour"] > 0
+    shuffled = embedding[torch.randperm(len(embedding), generator=torch.Generator().manual_seed(0))]
+    assert all(r["r2"] < 0.9 for r in read_positions(embedding, scenes, shuffled, scenes))
+
+
+def test_probe_prints_both_tables_and_writes_json(tiny_world, tmp_path, capsys):
+    out = tmp_path / "probe.json"
+    assert probe_relations.main(["--arch", "world-clip-tiny", "--world", str(tiny_world), "--fit-split", "train",
+                                 "--device", "cpu", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "relation foils of random-init (val; clip_s; chance 0.5)" in printed and "order by colour" in printed
+    result = json.loads(printed.strip().splitlines()[-1])
+    assert result == json.loads(out.read_text())
+    assert {r["captions"] for r in result["relation_foils"]} == {"short", "long"}
+    short = [r for r in result["relation_foils"] if r["captions"] == "short"]
+    assert sum(r["foils"] for r in short) == sum(len(s.objects) > 1 for s in (
+        load_scenes(tiny_world / "scenes.json")[i] for i in load_split(
+            str(tiny_world / "dataset.json"), str(tiny_world), "val").image_ids))
+    assert all(0 <= r["accuracy"] <= 1 and -1 <= r["text_cosine"] <= 1 for r in result["relation_foils"])
+
+
+def test_probe_names_a_missing_scenes_file_and_an_image_without_a_scene(tiny_world, tmp_path, capsys):
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    (world / "scenes.json").unlink()
+    assert probe_relations.main(["--arch", "world-clip-tiny", "--world", str(world), "--device", "cpu"]) == 2
+    assert "scenes.json: scenes file not found" in capsys.readouterr().err
+    data = json.loads((tiny_world / "scenes.json").read_text())
+    val_id = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "val").image_ids[3]
+    del data["images"][str(val_id)]
+    (world / "scenes.json").write_text(json.dumps(data))
+    assert probe_relations.main(["--arch", "world-clip-tiny", "--world", str(world), "--device", "cpu"]) == 2
+    assert f"image id {val_id} has no scene" in capsys.readouterr().err
