@@ -56,7 +56,8 @@ def probe(cfg: ProbeRelationsConfig) -> dict:
     loaded = load_open_clip(cfg.arch, cfg.weights, device)
     model = loaded.model
     world = Path(cfg.world)
-    scenes = load_scenes(world / "scenes.json")
+    scenes_path = world / "scenes.json"
+    scenes = load_scenes(scenes_path)
     measured, fitted = (load_split(str(world / "dataset.json"), str(world), name)
                         for name in (cfg.split, cfg.fit_split))
 
@@ -64,7 +65,7 @@ def probe(cfg: ProbeRelationsConfig) -> dict:
         return embed_split_images(model.encode_image, split, loaded.preprocess, device, cfg.workers).cpu()
 
     images = embed(measured)
-    items = split_foils(measured, scenes, cfg.seed)
+    items = split_foils(measured, scenes, cfg.seed, str(scenes_path))
     judged = judge_foils(images, clip_text_forward(model), ClipTokenizer(int(model.context_length)), items,
                          "clip_s", device)
     scenes_of = [scenes[image_id] for image_id in measured.image_ids]

@@ -77,4 +77,4 @@ def test_probe_names_a_missing_scenes_file_and_an_image_without_a_scene(tiny_wor
     del data["images"][str(val_id)]
     (world / "scenes.json").write_text(json.dumps(data))
     assert probe_relations.main(["--arch", "world-clip-tiny", "--world", str(world), "--device", "cpu"]) == 2
-    assert f"image id {val_id} has no scene" in capsys.readouterr().err
+    assert f"scenes.json: no scene for image id {val_id}" in capsys.readouterr().err

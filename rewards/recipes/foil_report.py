@@ -40,7 +40,7 @@ def foil_accuracy(encode_image: Callable, encode_text: Callable, tokenizer: Clip
                   transform: Callable, scenes_path: str, formula: str, device: torch.device, workers: int = 0,
                   seed: int = 0) -> dict[str, dict[str, float]]:
     """{"short": {kind: accuracy, ..., "all": ...}, "long": {...}} on the split's images."""
-    items = split_foils(split, load_scenes(scenes_path), seed)
+    items = split_foils(split, load_scenes(scenes_path), seed, scenes_path)
     images = embed_split_images(encode_image, split, transform, device, workers)
     wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for judged in judge_foils(images, encode_text, tokenizer, items, formula, device):
@@ -49,12 +49,12 @@ def foil_accuracy(encode_image: Callable, encode_text: Callable, tokenizer: Clip
     return {label: {kind: sum(v) / len(v) for kind, v in sorted(by_kind.items())} for label, by_kind in wins.items()}
 
 
-def split_foils(split: Split, scenes: dict[int, Scene], seed: int = 0) -> list[dict]:
+def split_foils(split: Split, scenes: dict[int, Scene], seed: int = 0, scenes_path: str = "scenes.json") -> list[dict]:
     """The world's rendered foils of the split's images, one item per image (row order)."""
     missing = [image_id for image_id in split.image_ids if image_id not in scenes]
     if missing:
-        raise DataError(f"image id {missing[0]} has no scene in the world's scenes.json ({len(missing)} of "
-                        f"{len(split.image_ids)} images have none): is it the scenes file of this dataset?")
+        raise DataError(f"{scenes_path}: no scene for image id {missing[0]} ({len(missing)} of {len(split.image_ids)} "
+                        "images have none): is it the scenes file of this dataset?")
     return world_foils(scenes, dict(zip(split.image_ids, split.short, strict=True)), split.image_ids, seed)
 
 

@@ -74,8 +74,8 @@ def centre_targets(scenes: list[Scene]) -> dict[str, torch.Tensor]:
 
 def fit_readout(embeddings: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Ridge weights [d + 1, K] from embeddings [N, d] to each target column [N, K], each fitted on
-    the rows where it is known (not NaN)."""
-    design = torch.cat([embeddings.double(), torch.ones(len(embeddings), 1, dtype=torch.float64)], dim=1)
+    the rows where it is known (not NaN); a column known on fewer than two rows reads as 0."""
+    design = _with_bias(embeddings)
     weights = torch.zeros(design.shape[1], targets.shape[1], dtype=torch.float64)
     for k in range(targets.shape[1]):
         known = ~targets[:, k].isnan()
@@ -92,7 +92,7 @@ def read_positions(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embedd
     """Rows {axis, r2, order_by_shape, order_by_colour, pairs_by_shape, pairs_by_colour}: the readout
     fitted on (fit_embeddings, fit_scenes), measured on (embeddings, scenes)."""
     fit_targets, targets = centre_targets(fit_scenes), centre_targets(scenes)
-    design = torch.cat([embeddings.double(), torch.ones(len(embeddings), 1, dtype=torch.float64)], dim=1)
+    design = _with_bias(embeddings)
     rows = []
     for a, axis in enumerate(AXES):
         row: dict = {"axis": axis}
@@ -109,6 +109,10 @@ def read_positions(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embedd
         row["r2"] = float(1 - ((predicted - truth) ** 2).sum() / ((truth - truth.mean()) ** 2).sum())
         rows.append(row)
     return rows
+
+
+def _with_bias(embeddings: torch.Tensor) -> torch.Tensor:
+    return torch.cat([embeddings.double(), torch.ones(len(embeddings), 1, dtype=torch.float64)], dim=1)
 
 
 def _ordered_pairs(truth: torch.Tensor, predicted: torch.Tensor) -> list[float]:
