@@ -74,12 +74,20 @@ def _absent(values: list[str], present: set[str], rng: random.Random) -> str:
     return rng.choice(sorted(set(values) - present))
 
 
+def stated_relations(objects: list[WorldObject]) -> tuple[str | None, list[str | None]]:
+    """The relations the rendered captions of objects (in reading order) state: the short caption's
+    (the first object to the second), and the long caption's, one per object (to the one before it;
+    None for the first)."""
+    relations: list[str | None] = [None] + [dominant_relation(objects[k], objects[k - 1])
+                                            for k in range(1, len(objects))]
+    first = dominant_relation(objects[0], objects[1]) if len(objects) > 1 else None
+    return first, relations
+
+
 def scene_foils(scene: Scene, rng: random.Random) -> dict:
     """{"caption", "long_caption", "foils": [{"kind", "caption", "long_caption"}]} for one scene."""
     objects = reading_order(scene)
-    relations: list[str | None] = [None] + [dominant_relation(objects[k], objects[k - 1])
-                                            for k in range(1, len(objects))]
-    first_relation = dominant_relation(objects[0], objects[1]) if len(objects) > 1 else None
+    first_relation, relations = stated_relations(objects)
     shapes = {o.shape for o in objects}
     colors = {o.color for o in objects}
     target = rng.randrange(len(objects))

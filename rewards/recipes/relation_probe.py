@@ -22,10 +22,11 @@ import torch
 
 from features.world import lexicon
 from features.world.captions import reading_order
-from features.world.scene import RELATION_MARGIN, Scene, dominant_relation
+from features.world.foils import stated_relations
+from features.world.scene import RELATION_MARGIN, Scene
 from rewards.recipes.foil_report import FoilJudgement
+from rewards.recipes.mirror import AXES  # ("horizontal", "vertical")
 
-AXES = ("horizontal", "vertical")
 AXIS_OF = {"left of": "horizontal", "right of": "horizontal", "above": "vertical", "below": "vertical"}
 # name: (the objects' attribute, its values)
 GROUPS = {"shape": ("shape", tuple(lexicon.SHAPES)), "colour": ("color", tuple(lexicon.COLORS))}
@@ -35,22 +36,22 @@ RIDGE = 1e-2
 def stated_axes(scene: Scene) -> dict[str, str | None]:
     """The axis of the relations a rendered caption states: the short caption's one relation, and
     the long caption's (None with one object; "mixed" where the long caption states both)."""
-    objects = reading_order(scene)
-    if len(objects) < 2:
+    first, relations = stated_relations(reading_order(scene))
+    if first is None:
         return {"short": None, "long": None}
-    long_axes = {AXIS_OF[dominant_relation(objects[k], objects[k - 1])] for k in range(1, len(objects))}
-    return {"short": AXIS_OF[dominant_relation(objects[0], objects[1])],
-            "long": long_axes.pop() if len(long_axes) == 1 else "mixed"}
+    long_axes = {AXIS_OF[relation] for relation in relations if relation is not None}
+    return {"short": AXIS_OF[first], "long": long_axes.pop() if len(long_axes) == 1 else "mixed"}
 
 
 def relation_foils_by_axis(judged: list[FoilJudgement], scenes: list[Scene]) -> list[dict]:
     """Rows {captions, axis, foils, accuracy, text_cosine} for the relation foils (scenes[row] is
     the scene of judgement.row)."""
+    relation_rows = {j.row for j in judged if j.kind == "relation"}
+    axes = {row: stated_axes(scenes[row]) for row in relation_rows}
     groups: dict[tuple[str, str], list[FoilJudgement]] = defaultdict(list)
     for j in judged:
         if j.kind == "relation":
-            axis = stated_axes(scenes[j.row])[j.captions]
-            groups[(j.captions, axis)].append(j)
+            groups[(j.captions, axes[j.row][j.captions])].append(j)
     return [{"captions": captions, "axis": axis, "foils": len(rows),
              "accuracy": sum(j.win for j in rows) / len(rows),
              "text_cosine": sum(j.text_cosine for j in rows) / len(rows)}
@@ -73,17 +74,18 @@ def centre_targets(scenes: list[Scene]) -> dict[str, torch.Tensor]:
 
 
 def fit_readout(embeddings: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Ridge weights [d + 1, K] from embeddings [N, d] to each target column [N, K], each fitted on
-    the rows where it is known (not NaN); a column known on fewer than two rows reads as 0."""
+    """Ridge weights [d + 1, K, 2] from embeddings [N, d] to each name's centre in targets [N, K, 2],
+    each fitted on the rows where that name is known (not NaN); a name known on fewer than two rows
+    reads as 0."""
     design = _with_bias(embeddings)
-    weights = torch.zeros(design.shape[1], targets.shape[1], dtype=torch.float64)
+    weights = torch.zeros(design.shape[1], *targets.shape[1:], dtype=torch.float64)
+    ridge = RIDGE * torch.eye(design.shape[1], dtype=torch.float64)
     for k in range(targets.shape[1]):
-        known = ~targets[:, k].isnan()
+        known = ~targets[:, k, 0].isnan()
         if known.sum() < 2:
             continue
         a = design[known]
-        weights[:, k] = torch.linalg.solve(a.T @ a + RIDGE * torch.eye(a.shape[1], dtype=torch.float64),
-                                           a.T @ targets[known, k].double())
+        weights[:, k] = torch.linalg.solve(a.T @ a + ridge, a.T @ targets[known, k].double())
     return weights
 
 
@@ -93,20 +95,21 @@ def read_positions(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embedd
     fitted on (fit_embeddings, fit_scenes), measured on (embeddings, scenes)."""
     fit_targets, targets = centre_targets(fit_scenes), centre_targets(scenes)
     design = _with_bias(embeddings)
+    predicted = {group: torch.einsum("nd,dkc->nkc", design, fit_readout(fit_embeddings, fit_targets[group]))
+                 for group in GROUPS}
     rows = []
     for a, axis in enumerate(AXES):
         row: dict = {"axis": axis}
         truth_all, predicted_all = [], []
         for group in GROUPS:
-            truth = targets[group][:, :, a].double()
-            predicted = design @ fit_readout(fit_embeddings, fit_targets[group][:, :, a])
+            truth, guess = targets[group][:, :, a].double(), predicted[group][:, :, a]
             truth_all.append(truth[~truth.isnan()])
-            predicted_all.append(predicted[~truth.isnan()])
-            wins = _ordered_pairs(truth, predicted)
+            predicted_all.append(guess[~truth.isnan()])
+            wins = _ordered_pairs(truth, guess)
             row[f"order_by_{group}"] = sum(wins) / len(wins) if wins else float("nan")
             row[f"pairs_by_{group}"] = len(wins)
-        truth, predicted = torch.cat(truth_all), torch.cat(predicted_all)
-        row["r2"] = float(1 - ((predicted - truth) ** 2).sum() / ((truth - truth.mean()) ** 2).sum())
+        truth, guess = torch.cat(truth_all), torch.cat(predicted_all)
+        row["r2"] = float(1 - ((guess - truth) ** 2).sum() / ((truth - truth.mean()) ** 2).sum())
         rows.append(row)
     return rows
 
