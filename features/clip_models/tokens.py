@@ -1,6 +1,10 @@
 """CLIP BPE tokenisation without padding: each text becomes [SOT, ..., EOT], truncated to the
 model's context with EOT kept last (the rule of open_clip, OpenAI CLIP with truncate=True and
-LongCLIP), and every truncation is counted so long captions are reported, never fatal."""
+LongCLIP), and every truncation is counted so long captions are reported, never fatal.
+
+The ids are open_clip's `SimpleTokenizer.encode` ids, memoised: a training run tokenises the same
+captions every epoch and hard negatives that differ from them in one word, and open_clip's text
+cleaning and byte mapping cost more than the model's step saves on a small CPU model."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from open_clip.tokenizer import SimpleTokenizer
 
 log = logging.getLogger(__name__)
 
+MEMO_LIMIT = 1 << 18  # texts (and, separately, words) remembered; a full memo starts over
+
 
 class ClipTokenizer:
     def __init__(self, context_length: int):
@@ -21,12 +27,14 @@ class ClipTokenizer:
         self.context_length = context_length
         self.sot, self.eot = self.bpe.sot_token_id, self.bpe.eot_token_id
         self.truncated = 0  # texts cut to fit the context, over this tokenizer's life
+        self._text_ids: dict[str, tuple[int, ...]] = {}
+        self._word_ids: dict[str, tuple[int, ...]] = {}
 
     def ids(self, texts: Sequence[str]) -> list[list[int]]:
         out = []
         cut = 0
         for text in texts:
-            tokens = [self.sot, *self.bpe.encode(text), self.eot]
+            tokens = [self.sot, *self.encode(text), self.eot]
             if len(tokens) > self.context_length:
                 tokens = [*tokens[: self.context_length - 1], self.eot]
                 cut += 1
@@ -35,6 +43,23 @@ class ClipTokenizer:
             self.truncated += cut
             log.info("%d caption(s) longer than %d tokens truncated (EOT kept)", cut, self.context_length)
         return out
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        """The BPE ids of text, without SOT/EOT: `SimpleTokenizer.encode(text)`, from the memo when
+        this text or its words were seen before."""
+        ids = self._text_ids.get(text)
+        if ids is None:
+            ids = tuple(i for word in self.bpe.pat.findall(self.bpe.clean_fn(text)) for i in self._word(word))
+            _remember(self._text_ids, text, ids)
+        return ids
+
+    def _word(self, word: str) -> tuple[int, ...]:
+        ids = self._word_ids.get(word)
+        if ids is None:  # open_clip's per-word step of SimpleTokenizer.encode
+            mapped = "".join(self.bpe.byte_encoder[b] for b in word.encode("utf-8"))
+            ids = tuple(self.bpe.encoder[piece] for piece in self.bpe.bpe(mapped).split(" "))
+            _remember(self._word_ids, word, ids)
+        return ids
 
     def padded(self, token_ids: Sequence[Sequence[int]], length: int | None = None) -> torch.Tensor:
         """[n, length] zero-padded; `length` defaults to the longest sequence (trimmed batch)."""
@@ -47,3 +72,9 @@ class ClipTokenizer:
     def __call__(self, texts: Sequence[str]) -> torch.Tensor:
         """Full-context tokens, exactly as open_clip's tokenizer returns them."""
         return self.padded(self.ids(texts), self.context_length)
+
+
+def _remember(memo: dict, key: str, ids: tuple[int, ...]) -> None:
+    if len(memo) >= MEMO_LIMIT:  # bounded without LRU bookkeeping on every hit
+        memo.clear()
+    memo[key] = ids
