@@ -120,7 +120,8 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
         return train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                                 "--out", str(out), "--epochs", "2", "--set", "batch_size=16", "--set", "workers=0",
                                 "--scenes", str(tiny_world / "scenes.json"), "--negatives", "world",
-                                "--set", "image_negatives=world", "--set", "vision_pretrain_epochs=1"])
+                                "--set", "image_negatives=world", "--set", "vision_pretrain_epochs=1",
+                                "--set", "scene_label_loss=0.5"])
 
     assert run(tmp_path / "once.safetensors") == 0
     assert run(tmp_path / "twice.safetensors", interrupt_at=2) == 130  # stopped during epoch 2
@@ -131,6 +132,7 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
     logged = [json.loads(line) for line in (tmp_path / "once.metrics.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in logged] == ["vision", "clip", "clip"]
     assert all(r["negatives"] > 1.5 and r["image_negatives"] > 0.9 for r in logged[1:]), logged  # both kinds used
+    assert all(r["scene_labels"] > 0 for r in logged[1:])  # the pretraining head, restored from its stage
 
 
 def test_two_processes_give_the_loss_curve_of_one(tiny_world, tmp_path):
@@ -336,6 +338,32 @@ def test_noun_and_phrase_losses_train_and_are_logged(tiny_world, tmp_path):
         assert all(r[key] > 0 for r in logged)
         assert logged[-1][key] < logged[0][key]
     load_open_clip(TINY_ARCH, str(out))
+
+
+def test_scene_labels_kept_through_the_contrastive_stage_continue_the_pretraining_head(tiny_world, tmp_path, capsys):
+    """scene_label_loss: the contrastive stage goes on training the scene-label stage's head and
+    tower (its loss starts where pretraining left it, far below a fresh head's, and keeps falling);
+    the saved model is the plain open_clip state dict, without the head."""
+    from safetensors.torch import load_file
+
+    base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+            "--scenes", str(tiny_world / "scenes.json"), "--set", "batch_size=16", "--set", "workers=0",
+            "--set", "eval_every=0"]
+    out = tmp_path / "kept.safetensors"
+    assert train_clip.main([*base, "--out", str(out), "--epochs", "3", "--set", "vision_pretrain_epochs=4",
+                            "--set", "lr=0.01", "--set", "scene_label_loss=1.0"]) == 0
+    logged = [json.loads(line) for line in out.with_suffix(".metrics.jsonl").read_text().splitlines()]
+    vision, clip = logged[:4], logged[4:]
+    assert [r["stage"] for r in clip] == ["clip"] * 3
+    assert clip[0]["scene_labels"] < vision[0]["train_loss"] / 2 and clip[-1]["scene_labels"] < clip[0]["scene_labels"]
+    assert set(load_file(str(out))) == set(load_open_clip(TINY_ARCH).model.state_dict())
+    for settings, message in ((["--set", "scene_label_loss=1.0"], "set vision_pretrain_epochs"),
+                              (["--set", "scene_label_loss=1.0", "--set", "vision_pretrain_epochs=1",
+                                "--set", "lock_image_tower=true"], "which lock_image_tower keeps"),
+                              (["--set", "scene_label_loss=1.0", "--set", "vision_pretrain_epochs=1",
+                                "--set", "mirror=random"], "scene_label_loss reads places off the unflipped scenes")):
+        assert train_clip.main([*base, "--out", str(tmp_path / "x.safetensors"), *settings]) == 2, settings
+        assert message in capsys.readouterr().err
 
 
 def test_map_labels_name_what_is_centred_at_each_place_and_train_the_tower(tiny_world, tmp_path):

@@ -49,7 +49,7 @@ from rewards.recipes.foil_report import foil_accuracy, foil_table
 from rewards.recipes.grounding import Grounding
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
-from rewards.recipes.scene_labels import pretrain_on_scene_labels
+from rewards.recipes.scene_labels import pretrain_on_scene_labels, scene_label_loss, scene_labels
 from rewards.recipes.training import finished_summary, save_weights
 
 MAX_LOGIT_SCALE = math.log(100.0)
@@ -99,6 +99,10 @@ class TrainClipConfig(RecipeConfig):
         0.0, help="weight of a loss that grounds object phrases (\"a small red striped circle\", every combination "
         "of size, colour, texture and shape) in the images that hold such an object, against the phrases that "
         "differ from it; needs `scenes` (0: off)", at_least=0)
+    scene_label_loss: float = option(
+        0.0, help="with vision_pretrain_epochs: weight of the scene labels kept through the contrastive stage (the "
+        "pretraining head goes on reading the image embedding), so the image tower does not trade what in-batch "
+        "captions rarely tell apart (the background, textures, sizes) for what they do (0: off)", at_least=0)
     relation_loss: float = option(
         0.0, help="weight of a loss that grounds relation phrases (\"a circle to the left of a star\", \"a red shape "
         "above a blue shape\") in the images where they hold, against the other relations of the image's own "
@@ -128,11 +132,11 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     image_negative = counterfactual_images(train, scenes, world_seed) if cfg.image_negatives == "world" else None
     dataset = TextsDataset(train, loaded.preprocess, texts, cfg.seed, cfg.mirror, tuple(cfg.mirror_axes),
                            image_negative)
-    if cfg.vision_pretrain_epochs:
-        pretrain_vision(run, model, train, loaded.preprocess, scenes, cfg)
+    head = pretrain_vision(run, model, train, loaded.preprocess, scenes, cfg) if cfg.vision_pretrain_epochs else None
     if cfg.lock_image_tower:
         lock(model.visual)
-    pair = PairEncoder.of_clip(model)
+    labels = scene_labels(train, scenes) if cfg.scene_label_loss else None
+    pair = PairEncoder.of_clip(model, head if cfg.scene_label_loss else None)
 
     def evaluate(epoch: int) -> dict:
         return evaluate_retrieval(model, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
@@ -141,7 +145,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
                   ((Grounding.shape_nouns, cfg.noun_loss), (Grounding.object_phrases, cfg.phrase_loss),
                    (Grounding.relation_phrases, cfg.relation_loss)) if weight]
     step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none",
-                   groundings=groundings)
+                   groundings=groundings, scene_labels=None if labels is None else (labels, cfg.scene_label_loss))
     result = run.fit(pair, dataset, TextBatcher(tokenizer), step,
                      Stage("clip", cfg.epochs, cfg.lr, cfg.warmup_steps), clamp_logit_scale, evaluate)
     summary = {"out": cfg.out, "arch": cfg.arch, "val": result["record"], "truncated_captions": tokenizer.truncated}
@@ -157,15 +161,15 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
 
 
 def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, scenes: dict[int, Scene],
-                    cfg: TrainClipConfig) -> None:
+                    cfg: TrainClipConfig) -> torch.nn.Linear:
     """The image tower trained to predict the scene labels (rewards.recipes.scene_labels) before
-    the contrastive stage."""
+    the contrastive stage; returns the labels' head."""
     width = getattr(model.visual, "output_dim", None)
     if not isinstance(width, int):
         raise ConfigError(f"vision_pretrain_epochs: cannot tell the output width of {cfg.arch}'s image tower "
                           "(open_clip's ResNet and ViT towers have one)")
-    pretrain_on_scene_labels(run, model.visual, width, train, transform, scenes, cfg.vision_pretrain_epochs,
-                             cfg.vision_map_labels)
+    return pretrain_on_scene_labels(run, model.visual, width, train, transform, scenes, cfg.vision_pretrain_epochs,
+                                    cfg.vision_map_labels)
 
 
 def lock(tower: torch.nn.Module) -> None:
@@ -225,6 +229,7 @@ class EncodedBatch:
     image_negatives: torch.Tensor | None  # [N, d] hard image negatives of the global batch
     local_image: torch.Tensor             # [b, d] this process's images
     extra_texts: tuple[torch.Tensor, ...]  # [V_i, d] per list of extra texts (the same on every process)
+    image_labels: torch.Tensor | None = None  # [b, labels] the scene-label head's logits of this process's images
 
 
 def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: Sequence[torch.Tensor] = ()) -> EncodedBatch:
@@ -242,7 +247,7 @@ def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: Sequence[tor
     negatives = batch.get("negative_images")
     if negatives is not None:
         images = torch.cat([images, negatives])
-    image, text, scale = model(images, flat, tree)
+    image, text, scale, labels = model(images, flat, tree)
     image = F.normalize(image.float(), dim=-1)
     text = F.normalize(text.float(), dim=-1)
     text, extra = text[: b * t], tuple(text[b * t:].split(extra_counts))
@@ -251,12 +256,15 @@ def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: Sequence[tor
         image, image_negatives = image[:b], image[b:]
         image_negatives = gather_with_grad(image_negatives)[gather_with_grad(batch["negative_mask"])]
     return EncodedBatch(gather_with_grad(image), gather_with_grad(text.view(b, t, -1)), gather_with_grad(mask),
-                        scale, image_negatives, image, extra)
+                        scale, image_negatives, image, extra, None if labels is None else labels[:b])
 
 
 def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bool = False,
-                     groundings: Sequence[tuple[Grounding, float]] = ()
+                     groundings: Sequence[tuple[Grounding, float]] = (),
+                     scene_labels: tuple[torch.Tensor, float] | None = None
                      ) -> tuple[torch.Tensor, dict[str, float]]:
+    """NegCLIP's loss, plus each grounding's and, with `scene_labels` ([train rows, labels], weight),
+    the scene-label loss of the pair's image head."""
     encoded = encode_pairs(model, batch, [grounding.tokens for grounding, _ in groundings])
     caption_ids = gather_with_grad(batch["caption_ids"]) if mask_same_captions else None
     parts = {"negatives": float(encoded.mask[:, 1:].sum()) / len(encoded.mask)}
@@ -267,6 +275,11 @@ def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bo
     for (grounding, weight), grounded in zip(groundings, encoded.extra_texts, strict=True):
         term = grounding.loss(encoded.local_image, grounded, encoded.logit_scale, batch["rows"])
         parts[grounding.name] = term.item()
+        loss = loss + weight * term
+    if scene_labels is not None:
+        labels, weight = scene_labels
+        term = scene_label_loss(encoded.image_labels, labels[batch["rows"].cpu()].to(encoded.image_labels.device))
+        parts["scene_labels"] = term.item()
         loss = loss + weight * term
     return loss, parts
 
@@ -313,8 +326,14 @@ def _validate(cfg: TrainClipConfig) -> None:
     for key in ("noun_loss", "phrase_loss", "relation_loss"):
         if getattr(cfg, key) and not cfg.scenes:
             raise ConfigError(f"{key} needs 'scenes' (the world's scenes.json: which objects each image holds)")
+    if cfg.scene_label_loss and not cfg.vision_pretrain_epochs:
+        raise ConfigError("scene_label_loss keeps training the scene-label stage's head: set vision_pretrain_epochs")
+    if cfg.scene_label_loss and cfg.lock_image_tower:
+        raise ConfigError("scene_label_loss trains the image tower, which lock_image_tower keeps as it starts")
     if cfg.relation_loss and cfg.mirror != "none":
         raise ConfigError("relation_loss reads relations off the unflipped scenes; it cannot be used with mirror")
+    if cfg.scene_label_loss and cfg.mirror != "none":
+        raise ConfigError("scene_label_loss reads places off the unflipped scenes; it cannot be used with mirror")
     if cfg.image_negatives == "world" and not cfg.scenes:
         raise ConfigError("image_negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.lock_image_tower and not (cfg.init or cfg.vision_pretrain_epochs):

@@ -249,8 +249,8 @@ def distill_step(pair: torch.nn.Module, teacher: PairEncoder, batch: dict,
     b, t, length = tokens.shape
     flat = tokens.view(b * t, length)
     with torch.no_grad():
-        t_img, t_txt, t_scale = teacher(batch["images"], flat, prefix_tree(flat, t))
-    s_img, s_txt, _ = pair(batch["images"], flat)
+        t_img, t_txt, t_scale, _ = teacher(batch["images"], flat, prefix_tree(flat, t))
+    s_img, s_txt, _, _ = pair(batch["images"], flat)
     t_img, s_img = gather_with_grad(t_img.float()), gather_with_grad(s_img.float())
     t_txt, s_txt = gather_with_grad(t_txt.float().view(b, t, -1)), gather_with_grad(s_txt.float().view(b, t, -1))
     valid = gather_with_grad(mask)

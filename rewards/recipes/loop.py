@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
@@ -74,24 +74,35 @@ def precision(name: str) -> str:
     return "no"
 
 
+class PairOutput(NamedTuple):
+    image: torch.Tensor | None
+    text: torch.Tensor | None
+    logit_scale: torch.Tensor
+    image_labels: torch.Tensor | None = None  # the image head's logits, when the pair has one
+
+
 class PairEncoder(torch.nn.Module):
     """A dual encoder's two towers (and its temperature) behind one forward, so accelerate's DDP
-    wrapper sees every pass."""
+    wrapper sees every pass; with `image_head`, a head trained beside them reads the image
+    embedding in the same forward (the world CLIP's scene labels)."""
 
     def __init__(self, module: torch.nn.Module, encode_text: Callable[[torch.Tensor], torch.Tensor],
-                 encode_shared: Callable[[torch.Tensor, PrefixTree], torch.Tensor] | None = None):
+                 encode_shared: Callable[[torch.Tensor, PrefixTree], torch.Tensor] | None = None,
+                 image_head: torch.nn.Module | None = None):
         super().__init__()
         self.module = module
         self.encode_text = encode_text
         self.encode_shared = encode_shared
+        self.image_head = image_head
 
     @classmethod
-    def of_clip(cls, model: torch.nn.Module) -> PairEncoder:
+    def of_clip(cls, model: torch.nn.Module, image_head: torch.nn.Module | None = None) -> PairEncoder:
         """An open_clip model's pair: texts that share a prefix (a caption and its hard negatives,
         `tree`) run it once where the text tower allows (features.clip_models.text_batches)."""
-        return cls(model, clip_text_forward(model), shared_prefix_text_forward(model))
+        return cls(model, clip_text_forward(model), shared_prefix_text_forward(model), image_head)
 
-    def forward(self, images: torch.Tensor | None, tokens: torch.Tensor | None, tree: PrefixTree | None = None):
+    def forward(self, images: torch.Tensor | None, tokens: torch.Tensor | None,
+                tree: PrefixTree | None = None) -> PairOutput:
         image = self.module.encode_image(to_channels_last(images)) if images is not None else None
         text = None
         if tokens is not None and self.encode_shared is not None:
@@ -99,7 +110,8 @@ class PairEncoder(torch.nn.Module):
             text = self.encode_shared(tokens, tree)
         elif tokens is not None:
             text = self._texts(tokens)
-        return image, text, self.module.logit_scale
+        labels = self.image_head(image) if self.image_head is not None and image is not None else None
+        return PairOutput(image, text, self.module.logit_scale, labels)
 
     def _texts(self, tokens: torch.Tensor) -> torch.Tensor:
         """Texts in groups of similar length, each trimmed to its longest: short references no longer

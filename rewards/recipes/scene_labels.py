@@ -97,30 +97,39 @@ class SceneProbe(torch.nn.Module):
 
 def scene_label_step(model: torch.nn.Module, batch: dict, map_weight: float = 0.0
                      ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Binary cross-entropy summed over the labels, averaged over images (the map's labels, where
-    present, weighted by `map_weight`)."""
+    """The scene-label loss (`scene_label_loss`) plus, where present, the map's labels' binary
+    cross-entropy weighted by `map_weight`."""
     logits, targets = model(batch["images"]).float(), batch["targets"]
     logits, map_logits = logits[:, :LABELS], logits[:, LABELS:]
     targets, map_targets = targets[:, :LABELS], targets[:, LABELS:]
-    loss = F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / len(logits)
-    if map_weight:
-        map_loss = F.binary_cross_entropy_with_logits(map_logits, map_targets, reduction="sum") / len(logits)
-        loss = loss + map_weight * map_loss
+    loss = scene_label_loss(logits, targets)
     with torch.no_grad():
         exact = ((logits > 0) == (targets > 0.5)).all(dim=1).float().mean()
     parts = {"exact_labels": float(exact)}
     if map_weight:
+        map_loss = F.binary_cross_entropy_with_logits(map_logits, map_targets, reduction="sum") / len(logits)
+        loss = loss + map_weight * map_loss
         parts["map_loss"] = map_loss.item()
     return loss, parts
 
 
+def scene_label_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy summed over the labels, averaged over images."""
+    return F.binary_cross_entropy_with_logits(logits.float(), targets, reduction="sum") / len(logits)
+
+
+def scene_labels(split: Split, scenes: dict[int, Scene]) -> torch.Tensor:
+    """[rows of the split, LABELS]: each image's scene label."""
+    return torch.stack([scene_label(scenes[image_id]) for image_id in split.image_ids])
+
+
 def pretrain_on_scene_labels(run: RecipeRun, visual: torch.nn.Module, width: int, split: Split, transform: Callable,
-                             scenes: dict[int, Scene], epochs: int, map_weight: float = 0.0) -> None:
+                             scenes: dict[int, Scene], epochs: int, map_weight: float = 0.0) -> torch.nn.Linear:
     """Train an image tower (output width `width`) to predict the scene labels for `epochs`, as the
     resumable stage "vision" of `run` at the recipe's lr and warmup; with `map_weight`, each place of
-    its last feature map also predicts what is centred there. The heads are dropped afterwards, the
-    tower keeps what it learned."""
-    labels = [scene_label(scenes[image_id]) for image_id in split.image_ids]
+    its last feature map also predicts what is centred there. The tower keeps what it learned; the
+    embedding's head comes back (a recipe may keep training it), the map's is dropped."""
+    labels = list(scene_labels(split, scenes))
     channels = 0
     if map_weight:
         channels, side = last_map_shape(visual, "vision_map_labels", next(visual.parameters()).device)
@@ -130,4 +139,4 @@ def pretrain_on_scene_labels(run: RecipeRun, visual: torch.nn.Module, width: int
     stage = Stage("vision", epochs, run.cfg.lr, run.cfg.warmup_steps)
     step = partial(scene_label_step, map_weight=map_weight)
     run.fit(probe, ImagesWithTargets(split, transform, labels), collate_targets, step, stage)
-
+    return probe.head

@@ -167,7 +167,7 @@ def specs_step(pair: torch.nn.Module, batch: dict, cfg: TrainSpecsConfig) -> tup
     tokens, mask = batch["tokens"], batch["mask"]
     b, t, length = tokens.shape
     flat = tokens.view(b * t, length)
-    image, text, scale = pair(batch["images"], flat, prefix_tree(flat, t))  # triplets are the caption's prefixes
+    image, text, scale, _ = pair(batch["images"], flat, prefix_tree(flat, t))  # triplets are the caption's prefixes
     image = gather_with_grad(F.normalize(image.float(), dim=-1))
     text = gather_with_grad(F.normalize(text.float(), dim=-1).view(b, t, -1))
     mask = gather_with_grad(mask)
