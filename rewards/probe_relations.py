@@ -1,14 +1,17 @@
 """`python -m rewards.probe_relations --weights runs/demo/reward_models/world_clip.safetensors`
 
-Where a CLIP trained on the offline world loses spatial relations. Prints two tables, split by axis
-(horizontal: left of / right of; vertical: above / below):
+Where a CLIP trained on the offline world loses spatial relations, and which other facts of a scene
+its image embedding still holds. Prints three tables, the first two split by axis (horizontal: left
+of / right of; vertical: above / below):
 
   relation foils   the world's rendered relation foils on --split, short and long: accuracy (chance
                    0.5) and the mean cosine between the true caption's and the foil's text embeddings
                    (near 1: the text tower hardly tells the relation words apart);
   positions        a ridge readout from the image embedding alone to the centre of every shape
                    (colour) unique in its scene, fitted on --fit-split, read on --split: R² and how
-                   often it orders two objects as the scene does.
+                   often it orders two objects as the scene does;
+  scene facts      the same kind of readout onto the background, the object count, and a one-object
+                   scene's size and texture: accuracy beside the share of the commonest value.
 
 Positions read well with foils at chance put the loss in the text tower. The last line printed is
 one JSON object; --out writes it too (atomically).
@@ -34,7 +37,7 @@ from plumbing.device import pick_device
 from plumbing.tables import format_table
 from rewards.recipes.data import Split, embed_split_images, load_split
 from rewards.recipes.foil_report import judge_foils, split_foils
-from rewards.recipes.relation_probe import read_positions, relation_foils_by_axis
+from rewards.recipes.relation_probe import read_facts, read_positions, relation_foils_by_axis
 
 
 @dataclass
@@ -69,9 +72,11 @@ def probe(cfg: ProbeRelationsConfig) -> dict:
     judged = judge_foils(images, clip_text_forward(model), ClipTokenizer(int(model.context_length)), items,
                          "clip_s", device)
     scenes_of = [scenes[image_id] for image_id in measured.image_ids]
+    fit_images, fit_scenes = embed(fitted), [scenes[i] for i in fitted.image_ids]
     return {"model": loaded.source, "split": cfg.split, "fit_split": cfg.fit_split,
             "relation_foils": relation_foils_by_axis(judged, scenes_of),
-            "positions": read_positions(embed(fitted), [scenes[i] for i in fitted.image_ids], images, scenes_of)}
+            "positions": read_positions(fit_images, fit_scenes, images, scenes_of),
+            "facts": read_facts(fit_images, fit_scenes, images, scenes_of)}
 
 
 def tables(result: dict) -> str:
@@ -81,9 +86,13 @@ def tables(result: dict) -> str:
     positions = format_table(["axis", "R²", "order by shape (pairs)", "order by colour (pairs)"],
                              [[r["axis"], f"{r['r2']:.3f}", f"{r['order_by_shape']:.3f} ({r['pairs_by_shape']})",
                                f"{r['order_by_colour']:.3f} ({r['pairs_by_colour']})"] for r in result["positions"]])
+    facts = format_table(["fact", "images", "accuracy", "commonest value's share"],
+                         [[r["fact"], r["images"], f"{r['accuracy']:.3f}", f"{r['majority']:.3f}"]
+                          for r in result["facts"]])
+    read = f"(fitted on {result['fit_split']}, read on {result['split']})"
     return (f"relation foils of {result['model']} ({result['split']}; clip_s; chance 0.5):\n{foils}\n\n"
-            f"object centres read linearly from the image embedding (fitted on {result['fit_split']}, "
-            f"read on {result['split']}):\n{positions}")
+            f"object centres read linearly from the image embedding {read}:\n{positions}\n\n"
+            f"scene facts read linearly from the image embedding {read}:\n{facts}")
 
 
 @command

@@ -12,7 +12,15 @@ from features.world.scene import load_scenes
 from rewards import probe_relations
 from rewards.recipes.data import load_split
 from rewards.recipes.foil_report import split_foils
-from rewards.recipes.relation_probe import AXIS_OF, GROUPS, centre_targets, read_positions, stated_axes
+from rewards.recipes.relation_probe import (
+    AXIS_OF,
+    FACTS,
+    GROUPS,
+    centre_targets,
+    read_facts,
+    read_positions,
+    stated_axes,
+)
 
 
 def test_stated_axes_are_the_axes_the_rendered_captions_state(tiny_world):
@@ -50,12 +58,34 @@ def test_a_readout_of_an_embedding_that_holds_the_centres_orders_every_pair(tiny
     assert all(r["r2"] < 0.9 for r in read_positions(embedding, scenes, shuffled, scenes))
 
 
-def test_probe_prints_both_tables_and_writes_json(tiny_world, tmp_path, capsys):
+def test_a_readout_of_an_embedding_that_holds_the_facts_reads_every_one(tiny_world):
+    """An embedding that one-hot codes each scene's facts is read without error; with its rows
+    shuffled, no better than the commonest value by much."""
+    scenes = list(load_scenes(tiny_world / "scenes.json").values())
+    codes = []
+    for value_of, values in FACTS.values():
+        code = torch.zeros(len(scenes), len(values))
+        for row, scene in enumerate(scenes):
+            if value_of(scene) is not None:
+                code[row, values.index(value_of(scene))] = 1.0
+        codes.append(code)
+    embedding = torch.cat(codes, 1)
+    rows = read_facts(embedding, scenes, embedding, scenes)
+    assert [r["fact"] for r in rows] == list(FACTS)
+    assert all(r["accuracy"] == 1.0 and r["images"] > 0 for r in rows)
+    assert rows[0]["images"] == len(scenes) and rows[2]["images"] == sum(len(s.objects) == 1 for s in scenes)
+    generator = torch.Generator().manual_seed(0)
+    shuffled = read_facts(embedding, scenes, embedding[torch.randperm(len(scenes), generator=generator)], scenes)
+    assert shuffled[0]["accuracy"] < 0.6 and all(r["majority"] < 1.0 for r in shuffled[:2])
+
+
+def test_probe_prints_its_tables_and_writes_json(tiny_world, tmp_path, capsys):
     out = tmp_path / "probe.json"
     assert probe_relations.main(["--arch", "world-clip-tiny", "--world", str(tiny_world), "--fit-split", "train",
                                  "--device", "cpu", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "relation foils of random-init (val; clip_s; chance 0.5)" in printed and "order by colour" in printed
+    assert "scene facts read linearly" in printed and "background" in printed
     result = json.loads(printed.strip().splitlines()[-1])
     assert result == json.loads(out.read_text())
     assert {r["captions"] for r in result["relation_foils"]} == {"short", "long"}
@@ -64,6 +94,8 @@ def test_probe_prints_both_tables_and_writes_json(tiny_world, tmp_path, capsys):
         load_scenes(tiny_world / "scenes.json")[i] for i in load_split(
             str(tiny_world / "dataset.json"), str(tiny_world), "val").image_ids))
     assert all(0 <= r["accuracy"] <= 1 and -1 <= r["text_cosine"] <= 1 for r in result["relation_foils"])
+    assert {r["fact"] for r in result["facts"]} >= {"background", "count"}
+    assert all(0 <= r["accuracy"] <= 1 and 0 < r["majority"] <= 1 for r in result["facts"])
 
 
 def test_probe_names_a_missing_scenes_file_and_an_image_without_a_scene(tiny_world, tmp_path, capsys):

@@ -11,6 +11,10 @@ Two measurements, each split by axis (horizontal: left of / right of; vertical: 
   split and read on another, with how often it orders two such objects as the scene does (for
   pairs whose relation holds on that axis). High order accuracy with foils at chance puts the loss
   in the text tower.
+
+Beside them, `read_facts` reads a scene's other facts the same way (a ridge readout onto each value,
+the largest wins): the background, the object count, and a one-object scene's size and texture. A
+fact the embedding has lost cannot be read from any caption either.
 """
 
 from __future__ import annotations
@@ -31,6 +35,15 @@ AXIS_OF = {"left of": "horizontal", "right of": "horizontal", "above": "vertical
 # name: (the objects' attribute, its values)
 GROUPS = {"shape": ("shape", tuple(lexicon.SHAPES)), "colour": ("color", tuple(lexicon.COLORS))}
 RIDGE = 1e-2
+# name: (the fact of a scene, None where the readout skips it; its values)
+FACTS = {
+    "background": (lambda scene: scene.background, tuple(lexicon.BACKGROUNDS)),
+    "count": (lambda scene: len(scene.objects), (1, 2, 3, 4)),
+    "size (one object)": (lambda scene: scene.objects[0].size if len(scene.objects) == 1 else None,
+                          tuple(lexicon.SIZES)),
+    "texture (one object)": (lambda scene: scene.objects[0].texture if len(scene.objects) == 1 else None,
+                             lexicon.TEXTURES),
+}
 
 
 def stated_axes(scene: Scene) -> dict[str, str | None]:
@@ -79,13 +92,10 @@ def fit_readout(embeddings: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     reads as 0."""
     design = _with_bias(embeddings)
     weights = torch.zeros(design.shape[1], *targets.shape[1:], dtype=torch.float64)
-    ridge = RIDGE * torch.eye(design.shape[1], dtype=torch.float64)
     for k in range(targets.shape[1]):
         known = ~targets[:, k, 0].isnan()
-        if known.sum() < 2:
-            continue
-        a = design[known]
-        weights[:, k] = torch.linalg.solve(a.T @ a + ridge, a.T @ targets[known, k].double())
+        if known.sum() >= 2:
+            weights[:, k] = _ridge(design[known], targets[known, k].double())
     return weights
 
 
@@ -112,6 +122,37 @@ def read_positions(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embedd
         row["r2"] = float(1 - ((guess - truth) ** 2).sum() / ((truth - truth.mean()) ** 2).sum())
         rows.append(row)
     return rows
+
+
+def read_facts(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embeddings: torch.Tensor,
+               scenes: list[Scene]) -> list[dict]:
+    """Rows {fact, images, accuracy, majority}: each fact of FACTS read from the embedding by a ridge
+    readout onto its values (one-hot) fitted on (fit_embeddings, fit_scenes), measured on the
+    scenes that have the fact; `majority` is the share of its most common value there."""
+    rows = []
+    for fact, (value_of, values) in FACTS.items():
+        fit_rows, rows_of = ([k for k, scene in enumerate(group) if value_of(scene) is not None]
+                             for group in (fit_scenes, scenes))
+        if len(fit_rows) < 2 or not rows_of:
+            continue
+        weights = _ridge(_with_bias(fit_embeddings[fit_rows]), _one_hot(fit_scenes, fit_rows, value_of, values))
+        truth = _one_hot(scenes, rows_of, value_of, values).argmax(1)
+        guess = (_with_bias(embeddings[rows_of]) @ weights).argmax(1)
+        rows.append({"fact": fact, "images": len(rows_of), "accuracy": float((guess == truth).double().mean()),
+                     "majority": float(truth.bincount(minlength=len(values)).max()) / len(rows_of)})
+    return rows
+
+
+def _one_hot(scenes: list[Scene], rows: list[int], value_of, values: tuple) -> torch.Tensor:
+    hot = torch.zeros(len(rows), len(values), dtype=torch.float64)
+    for k, row in enumerate(rows):
+        hot[k, values.index(value_of(scenes[row]))] = 1.0
+    return hot
+
+
+def _ridge(design: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    ridge = RIDGE * torch.eye(design.shape[1], dtype=torch.float64)
+    return torch.linalg.solve(design.T @ design + ridge, design.T @ targets)
 
 
 def _with_bias(embeddings: torch.Tensor) -> torch.Tensor:
