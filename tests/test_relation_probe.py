@@ -64,6 +64,7 @@ def test_a_readout_of_an_embedding_that_holds_the_facts_reads_every_one(tiny_wor
     scenes = list(load_scenes(tiny_world / "scenes.json").values())
     codes = []
     for value_of, values in FACTS.values():
+        values = values or tuple(sorted({value_of(scene) for scene in scenes}))
         code = torch.zeros(len(scenes), len(values))
         for row, scene in enumerate(scenes):
             if value_of(scene) is not None:

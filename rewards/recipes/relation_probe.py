@@ -35,10 +35,10 @@ AXIS_OF = {"left of": "horizontal", "right of": "horizontal", "above": "vertical
 # name: (the objects' attribute, its values)
 GROUPS = {"shape": ("shape", tuple(lexicon.SHAPES)), "colour": ("color", tuple(lexicon.COLORS))}
 RIDGE = 1e-2
-# name: (the fact of a scene, None where the readout skips it; its values)
+# name: (the fact of a scene, None where the readout skips it; its values, None: those the scenes have)
 FACTS = {
     "background": (lambda scene: scene.background, tuple(lexicon.BACKGROUNDS)),
-    "count": (lambda scene: len(scene.objects), (1, 2, 3, 4)),
+    "count": (lambda scene: len(scene.objects), None),
     "size (one object)": (lambda scene: scene.objects[0].size if len(scene.objects) == 1 else None,
                           tuple(lexicon.SIZES)),
     "texture (one object)": (lambda scene: scene.objects[0].texture if len(scene.objects) == 1 else None,
@@ -131,15 +131,17 @@ def read_facts(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embeddings
     scenes that have the fact; `majority` is the share of its most common value there."""
     rows = []
     for fact, (value_of, values) in FACTS.items():
-        fit_rows, rows_of = ([k for k, scene in enumerate(group) if value_of(scene) is not None]
-                             for group in (fit_scenes, scenes))
-        if len(fit_rows) < 2 or not rows_of:
+        fit_rows, measured_rows = ([k for k, scene in enumerate(group) if value_of(scene) is not None]
+                                   for group in (fit_scenes, scenes))
+        if len(fit_rows) < 2 or not measured_rows:
             continue
+        values = values or tuple(sorted({value_of(scene) for scene in (*fit_scenes, *scenes)} - {None}))
         weights = _ridge(_with_bias(fit_embeddings[fit_rows]), _one_hot(fit_scenes, fit_rows, value_of, values))
-        truth = _one_hot(scenes, rows_of, value_of, values).argmax(1)
-        guess = (_with_bias(embeddings[rows_of]) @ weights).argmax(1)
-        rows.append({"fact": fact, "images": len(rows_of), "accuracy": float((guess == truth).double().mean()),
-                     "majority": float(truth.bincount(minlength=len(values)).max()) / len(rows_of)})
+        truth = _one_hot(scenes, measured_rows, value_of, values).argmax(1)
+        guess = (_with_bias(embeddings[measured_rows]) @ weights).argmax(1)
+        rows.append({"fact": fact, "images": len(measured_rows),
+                     "accuracy": float((guess == truth).double().mean()),
+                     "majority": float(truth.bincount(minlength=len(values)).max()) / len(measured_rows)})
     return rows
 
 
