@@ -92,6 +92,10 @@ def run_text(cfg: RewardsBenchConfig) -> dict:
     print(f"text tower step ({row['texts']} texts, {row['tokens']} tokens, {row['tokens_run']} run once shared): "
           f"shared prefixes {row['ours_s'] * 1e3:.0f} ms   plain {row['ref_s'] * 1e3:.0f} ms   x{row['ratio']:.2f}   "
           f"max|diff| {row['max_abs_diff']:.2e}")
+    tok = row["tokenizer"]
+    print(f"tokenizer ({tok['texts']} texts, same ids as open_clip: {tok['same_ids']}): ours warm "
+          f"{tok['ours_s'] * 1e3:.1f} ms (x{tok['ratio']:.1f}), cold {tok['cold_s'] * 1e3:.1f} ms "
+          f"(x{tok['cold_ratio']:.1f})   open_clip {tok['ref_s'] * 1e3:.1f} ms")
     return {"bench": "text", **row}
 
 

@@ -101,5 +101,8 @@ def test_text_bench_times_both_forwards_and_checks_they_agree(tiny_world, tmp_pa
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["bench"] == "text" and row["max_abs_diff"] < 1e-4
     assert 0 < row["tokens_run"] < row["tokens"] and row["ours_s"] > 0 and row["ref_s"] > 0
+    tokenizer = row["tokenizer"]
+    assert tokenizer["same_ids"] is True and tokenizer["texts"] == row["texts"]
+    assert min(tokenizer["ours_s"], tokenizer["cold_s"], tokenizer["ref_s"]) > 0
     assert bench.main(["text", "--world", str(tmp_path), "--arch", TINY_ARCH]) != 0  # no world there
     assert "dataset.json: not found" in capsys.readouterr().err

@@ -1,8 +1,11 @@
-"""The text tower's training step on a world batch: shared prefixes run once, against the plain forward.
+"""The text tower's training step on a world batch: shared prefixes run once, against the plain forward;
+and the batch's tokenisation, memoised, against open_clip's tokenizer.
 
 A batch is what the world CLIP recipe feeds its text tower: per train image one caption drawn from
 its references and long caption, as the recipe draws it, and its world hard negatives. Both forwards run forward and
-backward; the embeddings must agree (max |diff|) and the shared one must do the same work faster.
+backward; the embeddings must agree (max |diff|) and the shared one must do the same work faster. The
+tokenizers must give the same ids; ours is timed with empty memos ("cold", the first epoch) and after
+one pass over the texts ("warm", an epoch that meets its captions again).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import random
 from pathlib import Path
 
 import torch
+from open_clip.tokenizer import SimpleTokenizer
 
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.open_clip_models import load_open_clip
@@ -25,10 +29,9 @@ from rewards.recipes.data import long_captions, pick
 from rewards.recipes.loop import PairEncoder
 
 
-def world_text_batch(world: Path, tokenizer: ClipTokenizer, images: int, negatives: int,
-                     seed: int = 0) -> torch.Tensor:
-    """[images * (1 + negatives), L] token rows, each image's caption then its negatives (zero rows
-    where the builder found fewer), as the recipe's batcher lays them out."""
+def world_texts(world: Path, images: int, negatives: int, seed: int = 0) -> list[str]:
+    """Per train image its caption then its negatives ("" where the builder found fewer), as the
+    recipe's batcher lays them out."""
     dataset, scenes_path = world / "dataset.json", world / "scenes.json"
     for path in (dataset, scenes_path):
         if not path.is_file():
@@ -43,7 +46,25 @@ def world_text_batch(world: Path, tokenizer: ClipTokenizer, images: int, negativ
         caption = pick(entry.raw_captions + long_captions(entry), rng)
         found = [n.text for n in hard_negatives(caption, scenes[entry.image_id], rng, negatives)]
         texts += [caption, *found, *[""] * (negatives - len(found))]
-    return tokenizer.padded([tokenizer.ids([text])[0] if text else [] for text in texts])
+    return texts
+
+
+def bench_tokenizer(texts: list[str], context_length: int, repeats: int) -> dict:
+    """Our memoised tokenisation of texts, cold and warm, against open_clip's SimpleTokenizer.encode."""
+    ours, reference = ClipTokenizer(context_length), SimpleTokenizer(context_length=context_length)
+    same = [list(ours.encode(text)) for text in texts] == [reference.encode(text) for text in texts]
+
+    def cold() -> None:
+        ours._text_ids.clear()
+        ours._word_ids.clear()
+        ours.ids(texts)
+
+    cold_s, _ = median_seconds(cold, repeats)
+    ours.ids(texts)
+    warm_s, _ = median_seconds(lambda: ours.ids(texts), repeats)
+    ref_s, _ = median_seconds(lambda: [reference.encode(text) for text in texts], repeats)
+    return {"texts": len(texts), "same_ids": same, "cold_s": cold_s, "cold_ratio": ref_s / cold_s,
+            **comparison(warm_s, ref_s)}
 
 
 def bench_text(world: str, arch: str, weights: str | None, repeats: int, images: int = 128,
@@ -52,7 +73,9 @@ def bench_text(world: str, arch: str, weights: str | None, repeats: int, images:
     shared = shared_prefix_text_forward(model)
     if shared is None:
         raise DataError(f"{arch}: its text tower is not one the shared-prefix forward knows")
-    tokens = world_text_batch(Path(world), ClipTokenizer(int(model.context_length)), images, negatives)
+    texts = world_texts(Path(world), images, negatives)
+    tokenizer = ClipTokenizer(int(model.context_length))
+    tokens = tokenizer.padded([tokenizer.ids([text])[0] if text else [] for text in texts])
     tree = prefix_tree(tokens, 1 + negatives)
     grouped = PairEncoder(model, clip_text_forward(model))  # length-grouped, the previous forward
 
@@ -73,4 +96,5 @@ def bench_text(world: str, arch: str, weights: str | None, repeats: int, images:
     ref_s, _ = median_seconds(step(lambda: plain(tokens)), repeats)
     real = int((tokens > 0).sum())
     return {"arch": arch, "texts": len(tokens), "tokens": real, "tokens_run": real - int(tree.shared.sum()),
-            **comparison(ours_s, ref_s, max_abs_diff=max_diff)}
+            **comparison(ours_s, ref_s, max_abs_diff=max_diff),
+            "tokenizer": bench_tokenizer(texts, int(model.context_length), repeats)}
