@@ -53,6 +53,11 @@ class ClipTokenizer:
             _remember(self._text_ids, text, ids)
         return ids
 
+    def forget(self) -> None:
+        """Empty the memos (what a fresh tokenizer would have)."""
+        self._text_ids.clear()
+        self._word_ids.clear()
+
     def _word(self, word: str) -> tuple[int, ...]:
         ids = self._word_ids.get(word)
         if ids is None:  # open_clip's per-word step of SimpleTokenizer.encode

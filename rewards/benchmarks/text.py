@@ -55,8 +55,7 @@ def bench_tokenizer(texts: list[str], context_length: int, repeats: int) -> dict
     same = [list(ours.encode(text)) for text in texts] == [reference.encode(text) for text in texts]
 
     def cold() -> None:
-        ours._text_ids.clear()
-        ours._word_ids.clear()
+        ours.forget()
         ours.ids(texts)
 
     cold_s, _ = median_seconds(cold, repeats)
@@ -75,7 +74,8 @@ def bench_text(world: str, arch: str, weights: str | None, repeats: int, images:
         raise DataError(f"{arch}: its text tower is not one the shared-prefix forward knows")
     texts = world_texts(Path(world), images, negatives)
     tokenizer = ClipTokenizer(int(model.context_length))
-    tokens = tokenizer.padded([tokenizer.ids([text])[0] if text else [] for text in texts])
+    ids = iter(tokenizer.ids([text for text in texts if text]))
+    tokens = tokenizer.padded([next(ids) if text else [] for text in texts])
     tree = prefix_tree(tokens, 1 + negatives)
     grouped = PairEncoder(model, clip_text_forward(model))  # length-grouped, the previous forward
 

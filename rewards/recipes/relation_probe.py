@@ -23,6 +23,7 @@ import itertools
 from collections import defaultdict
 
 import torch
+import torch.nn.functional as F
 
 from features.world import lexicon
 from features.world.captions import reading_order
@@ -131,25 +132,20 @@ def read_facts(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embeddings
     scenes that have the fact; `majority` is the share of its most common value there."""
     rows = []
     for fact, (value_of, values) in FACTS.items():
-        fit_rows, measured_rows = ([k for k, scene in enumerate(group) if value_of(scene) is not None]
-                                   for group in (fit_scenes, scenes))
+        fit_values, measured_values = ([value_of(scene) for scene in group] for group in (fit_scenes, scenes))
+        fit_rows, measured_rows = ([k for k, value in enumerate(group) if value is not None]
+                                   for group in (fit_values, measured_values))
         if len(fit_rows) < 2 or not measured_rows:
             continue
-        values = values or tuple(sorted({value_of(scene) for scene in (*fit_scenes, *scenes)} - {None}))
-        weights = _ridge(_with_bias(fit_embeddings[fit_rows]), _one_hot(fit_scenes, fit_rows, value_of, values))
-        truth = _one_hot(scenes, measured_rows, value_of, values).argmax(1)
+        values = values or tuple(sorted({*fit_values, *measured_values} - {None}))
+        fit_index, truth = (torch.tensor([values.index(group[k]) for k in known]) for group, known in
+                            ((fit_values, fit_rows), (measured_values, measured_rows)))
+        weights = _ridge(_with_bias(fit_embeddings[fit_rows]), F.one_hot(fit_index, len(values)).double())
         guess = (_with_bias(embeddings[measured_rows]) @ weights).argmax(1)
         rows.append({"fact": fact, "images": len(measured_rows),
                      "accuracy": float((guess == truth).double().mean()),
                      "majority": float(truth.bincount(minlength=len(values)).max()) / len(measured_rows)})
     return rows
-
-
-def _one_hot(scenes: list[Scene], rows: list[int], value_of, values: tuple) -> torch.Tensor:
-    hot = torch.zeros(len(rows), len(values), dtype=torch.float64)
-    for k, row in enumerate(rows):
-        hot[k, values.index(value_of(scenes[row]))] = 1.0
-    return hot
 
 
 def _ridge(design: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
