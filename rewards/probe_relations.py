@@ -10,10 +10,14 @@ of / right of; vertical: above / below):
   positions        a ridge readout from the image embedding alone to the centre of every shape
                    (colour) unique in its scene, fitted on --fit-split, read on --split: R² and how
                    often it orders two objects as the scene does;
+  relations        the best a text tower could read from the image embedding: one vector per colour
+                   and per shape named, "A above B" scored by e · (u_A - u_B), fitted by ridge on
+                   --fit-split's object pairs and read on --split's (rewards.recipes.relation_probe);
   scene facts      the same kind of readout onto the background, the object count, and a one-object
                    scene's size and texture: accuracy beside the share of the commonest value.
 
-Positions read well with foils at chance put the loss in the text tower. The last line printed is
+Positions read well, and relations read well by the fitted vectors, with foils at chance put the
+loss in the text tower. The last line printed is
 one JSON object; --out writes it too (atomically).
 """
 
@@ -37,7 +41,7 @@ from plumbing.device import pick_device
 from plumbing.tables import format_table
 from rewards.recipes.data import Split, embed_split_images, load_split
 from rewards.recipes.foil_report import judge_foils, split_foils
-from rewards.recipes.relation_probe import read_facts, read_positions, relation_foils_by_axis
+from rewards.recipes.relation_probe import read_facts, read_positions, read_relations, relation_foils_by_axis
 
 
 @dataclass
@@ -76,6 +80,7 @@ def probe(cfg: ProbeRelationsConfig) -> dict:
     return {"model": loaded.source, "split": cfg.split, "fit_split": cfg.fit_split,
             "relation_foils": relation_foils_by_axis(judged, scenes_of),
             "positions": read_positions(fit_images, fit_scenes, images, scenes_of),
+            "relations": read_relations(fit_images, fit_scenes, images, scenes_of),
             "facts": read_facts(fit_images, fit_scenes, images, scenes_of)}
 
 
@@ -86,12 +91,17 @@ def tables(result: dict) -> str:
     positions = format_table(["axis", "R²", "order by shape (pairs)", "order by colour (pairs)"],
                              [[r["axis"], f"{r['r2']:.3f}", f"{r['order_by_shape']:.3f} ({r['pairs_by_shape']})",
                                f"{r['order_by_colour']:.3f} ({r['pairs_by_colour']})"] for r in result["positions"]])
+    relations = format_table(["axis", "pairs", f"accuracy ({result['fit_split']})", "accuracy"],
+                             [[r["axis"], r["pairs"], f"{r['fit_accuracy']:.3f}", f"{r['accuracy']:.3f}"]
+                              for r in result["relations"]])
     facts = format_table(["fact", "images", "accuracy", "commonest value's share"],
                          [[r["fact"], r["images"], f"{r['accuracy']:.3f}", f"{r['majority']:.3f}"]
                           for r in result["facts"]])
     read = f"(fitted on {result['fit_split']}, read on {result['split']})"
     return (f"relation foils of {result['model']} ({result['split']}; clip_s; chance 0.5):\n{foils}\n\n"
             f"object centres read linearly from the image embedding {read}:\n{positions}\n\n"
+            f"relations read from the image embedding by the best vectors per colour and shape {read}:\n"
+            f"{relations}\n\n"
             f"scene facts read linearly from the image embedding {read}:\n{facts}")
 
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 
 import torch
 
 from features.world.parse import parse_caption
-from features.world.scene import load_scenes
+from features.world.scene import dominant_relation, load_scenes
 from rewards import probe_relations
 from rewards.recipes.data import load_split
 from rewards.recipes.foil_report import split_foils
+from rewards.recipes.mirror import AXES
 from rewards.recipes.relation_probe import (
     AXIS_OF,
     FACTS,
@@ -19,6 +21,7 @@ from rewards.recipes.relation_probe import (
     centre_targets,
     read_facts,
     read_positions,
+    read_relations,
     stated_axes,
 )
 
@@ -58,6 +61,21 @@ def test_a_readout_of_an_embedding_that_holds_the_centres_orders_every_pair(tiny
     assert all(r["r2"] < 0.9 for r in read_positions(embedding, scenes, shuffled, scenes))
 
 
+def test_relations_are_read_from_an_embedding_that_holds_the_centres_and_not_from_a_shuffled_one(tiny_world):
+    """Vectors per colour and shape recover every relation from an embedding that codes where each
+    colour and shape is (the form a text tower could compose), and not once its rows are shuffled."""
+    scenes = list(load_scenes(tiny_world / "scenes.json").values())
+    targets = centre_targets(scenes)
+    embedding = torch.cat([torch.cat([targets[g].nan_to_num(0.0).flatten(1), (~targets[g].isnan()).float().flatten(1)],
+                                     1) for g in GROUPS], 1)
+    rows = read_relations(embedding, scenes, embedding, scenes)
+    stated = [AXIS_OF[dominant_relation(a, b)] for s in scenes for a, b in itertools.combinations(s.objects, 2)]
+    assert [(r["axis"], r["pairs"]) for r in rows] == [(axis, stated.count(axis)) for axis in AXES]
+    assert all(r["fit_accuracy"] >= 0.95 and r["accuracy"] >= 0.95 for r in rows), rows
+    shuffled = embedding[torch.randperm(len(embedding), generator=torch.Generator().manual_seed(0))]
+    assert all(r["accuracy"] < 0.8 for r in read_relations(embedding, scenes, shuffled, scenes))
+
+
 def test_a_readout_of_an_embedding_that_holds_the_facts_reads_every_one(tiny_world):
     """An embedding that one-hot codes each scene's facts is read without error; with its rows
     shuffled, no better than the commonest value by much."""
@@ -87,6 +105,7 @@ def test_probe_prints_its_tables_and_writes_json(tiny_world, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "relation foils of random-init (val; clip_s; chance 0.5)" in printed and "order by colour" in printed
     assert "scene facts read linearly" in printed and "background" in printed
+    assert "relations read from the image embedding by the best vectors" in printed
     result = json.loads(printed.strip().splitlines()[-1])
     assert result == json.loads(out.read_text())
     assert {r["captions"] for r in result["relation_foils"]} == {"short", "long"}
@@ -96,6 +115,8 @@ def test_probe_prints_its_tables_and_writes_json(tiny_world, tmp_path, capsys):
             str(tiny_world / "dataset.json"), str(tiny_world), "val").image_ids))
     assert all(0 <= r["accuracy"] <= 1 and -1 <= r["text_cosine"] <= 1 for r in result["relation_foils"])
     assert {r["fact"] for r in result["facts"]} >= {"background", "count"}
+    assert [r["axis"] for r in result["relations"]] == ["horizontal", "vertical"]
+    assert all(0 <= r["accuracy"] <= 1 and r["pairs"] > 0 for r in result["relations"])
     assert all(0 <= r["accuracy"] <= 1 and 0 < r["majority"] <= 1 for r in result["facts"])
 
 

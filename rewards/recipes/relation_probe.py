@@ -10,7 +10,14 @@ Two measurements, each split by axis (horizontal: left of / right of; vertical: 
   the embedding to the centre of every shape (colour) that is unique in its scene, fitted on one
   split and read on another, with how often it orders two such objects as the scene does (for
   pairs whose relation holds on that axis). High order accuracy with foils at chance puts the loss
-  in the text tower.
+  in the text tower;
+- the best a text tower could do with this image embedding (`read_relations`): a relation foil
+  differs from its caption only in the relation, so the image ranks them by the image embedding's
+  dot product with the difference of their two text embeddings. Give that difference the simplest
+  form a text tower can compose, one vector per colour and per shape named, subject minus object
+  ("A above B" = u_A - u_B), fit the vectors by ridge on one split's object pairs and read another's.
+  Its accuracy is a ceiling to hold the relation foils against: with the vectors fitted, the image
+  embedding alone orders the pairs.
 
 Beside them, `read_facts` reads a scene's other facts the same way (a ridge readout onto each value,
 the largest wins): the background, the object count, and a one-object scene's size and texture. A
@@ -28,7 +35,7 @@ import torch.nn.functional as F
 from features.world import lexicon
 from features.world.captions import reading_order
 from features.world.foils import stated_relations
-from features.world.scene import RELATION_MARGIN, Scene
+from features.world.scene import RELATION_MARGIN, Scene, dominant_relation
 from rewards.recipes.foil_report import FoilJudgement
 from rewards.recipes.mirror import AXES  # ("horizontal", "vertical")
 
@@ -36,6 +43,9 @@ AXIS_OF = {"left of": "horizontal", "right of": "horizontal", "above": "vertical
 # name: (the objects' attribute, its values)
 GROUPS = {"shape": ("shape", tuple(lexicon.SHAPES)), "colour": ("color", tuple(lexicon.COLORS))}
 RIDGE = 1e-2
+RELATION_RIDGE = 1.0  # penalty of `read_relations`' vectors (val accuracy is flat from 0.1 to 1 on the world)
+FIRST_OF_AXIS = {"horizontal": "left of", "vertical": "above"}  # the relation coded +1 on each axis
+NAME_SLOT = {name: k for k, name in enumerate([*lexicon.COLORS, *lexicon.SHAPES])}  # a vector of read_relations each
 # name: (the fact of a scene, None where the readout skips it; its values, None: those the scenes have)
 FACTS = {
     "background": (lambda scene: scene.background, tuple(lexicon.BACKGROUNDS)),
@@ -146,6 +156,54 @@ def read_facts(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embeddings
                      "accuracy": float((guess == truth).double().mean()),
                      "majority": float(truth.bincount(minlength=len(values)).max()) / len(measured_rows)})
     return rows
+
+
+def read_relations(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embeddings: torch.Tensor,
+                   scenes: list[Scene]) -> list[dict]:
+    """Rows {axis, pairs, fit_pairs, fit_accuracy, accuracy}: for every two objects of a scene whose
+    captions would state a relation on that axis (`dominant_relation`), whether e · (u_a - u_b) has
+    the relation's sign, where u_x = colour vector + shape vector of object x, fitted by ridge on
+    (fit_embeddings, fit_scenes) and measured on (embeddings, scenes)."""
+    rows = []
+    for axis in AXES:
+        fitted, measured = (_relation_design(e, group, axis) for e, group in ((fit_embeddings, fit_scenes),
+                                                                             (embeddings, scenes)))
+        if fitted is None or measured is None:
+            continue
+        (fit_design, fit_signs), (design, signs) = fitted, measured
+        penalty = RELATION_RIDGE * torch.eye(fit_design.shape[1], dtype=torch.float64)
+        vectors = torch.linalg.solve(fit_design.T @ fit_design + penalty, fit_design.T @ fit_signs)
+        rows.append({"axis": axis, "pairs": len(signs), "fit_pairs": len(fit_signs),
+                     "fit_accuracy": _sign_accuracy(fit_design @ vectors, fit_signs),
+                     "accuracy": _sign_accuracy(design @ vectors, signs)})
+    return rows
+
+
+def _relation_design(embeddings: torch.Tensor, scenes: list[Scene], axis: str
+                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """([pairs, names * d], [pairs]): each pair's (subject - object) name code times its image's
+    embedding, and +1 / -1 for the axis's first / second relation; None when no pair is on the axis."""
+    codes, rows, signs = [], [], []
+    for row, scene in enumerate(scenes):
+        for a, b in itertools.combinations(scene.objects, 2):
+            relation = dominant_relation(a, b)
+            if AXIS_OF[relation] != axis:
+                continue
+            code = torch.zeros(len(NAME_SLOT), dtype=torch.float64)
+            for obj, sign in ((a, 1.0), (b, -1.0)):
+                code[NAME_SLOT[obj.color]] += sign
+                code[NAME_SLOT[obj.shape]] += sign
+            codes.append(code)
+            rows.append(row)
+            signs.append(1.0 if relation == FIRST_OF_AXIS[axis] else -1.0)
+    if not codes:
+        return None
+    design = torch.einsum("pk,pd->pkd", torch.stack(codes), embeddings[rows].double()).flatten(1)
+    return design, torch.tensor(signs, dtype=torch.float64)
+
+
+def _sign_accuracy(scores: torch.Tensor, signs: torch.Tensor) -> float:
+    return float((scores * signs > 0).double().mean())
 
 
 def _ridge(design: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
