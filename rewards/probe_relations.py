@@ -17,8 +17,7 @@ of / right of; vertical: above / below):
                    scene's size and texture: accuracy beside the share of the commonest value.
 
 Positions read well, and relations read well by the fitted vectors, with foils at chance put the
-loss in the text tower. The last line printed is
-one JSON object; --out writes it too (atomically).
+loss in the text tower. The last line printed is one JSON object; --out writes it too (atomically).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where a CLIP on the offline world loses spatial relations: in its image embedding, or in its
 text tower's reading of the relation words.
 
-Two measurements, each split by axis (horizontal: left of / right of; vertical: above / below):
+Three measurements, each split by axis (horizontal: left of / right of; vertical: above / below):
 
 - the rendered relation foils (rewards.recipes.foil_report), with the cosine between the true
   caption's and the foil's text embeddings: near 1, the text tower hardly tells the two relation
@@ -171,8 +171,7 @@ def read_relations(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embedd
         if fitted is None or measured is None:
             continue
         (fit_design, fit_signs), (design, signs) = fitted, measured
-        penalty = RELATION_RIDGE * torch.eye(fit_design.shape[1], dtype=torch.float64)
-        vectors = torch.linalg.solve(fit_design.T @ fit_design + penalty, fit_design.T @ fit_signs)
+        vectors = _ridge(fit_design, fit_signs, RELATION_RIDGE)
         rows.append({"axis": axis, "pairs": len(signs), "fit_pairs": len(fit_signs),
                      "fit_accuracy": _sign_accuracy(fit_design @ vectors, fit_signs),
                      "accuracy": _sign_accuracy(design @ vectors, signs)})
@@ -206,8 +205,8 @@ def _sign_accuracy(scores: torch.Tensor, signs: torch.Tensor) -> float:
     return float((scores * signs > 0).double().mean())
 
 
-def _ridge(design: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    ridge = RIDGE * torch.eye(design.shape[1], dtype=torch.float64)
+def _ridge(design: torch.Tensor, targets: torch.Tensor, penalty: float = RIDGE) -> torch.Tensor:
+    ridge = penalty * torch.eye(design.shape[1], dtype=torch.float64)
     return torch.linalg.solve(design.T @ design + ridge, design.T @ targets)
 
 
