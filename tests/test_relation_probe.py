@@ -45,13 +45,16 @@ def test_stated_axes_are_the_axes_the_rendered_captions_state(tiny_world):
     assert {"horizontal", "vertical"} <= seen
 
 
+def position_code(scenes) -> torch.Tensor:
+    """Each unique shape's and colour's centre, and whether it is there: a linear code of the positions."""
+    targets = centre_targets(scenes)
+    return torch.cat([torch.cat([targets[g].nan_to_num(0.0).flatten(1), (~targets[g].isnan()).float().flatten(1)], 1)
+                      for g in GROUPS], 1)
+
+
 def test_a_readout_of_an_embedding_that_holds_the_centres_orders_every_pair(tiny_world):
     scenes = list(load_scenes(tiny_world / "scenes.json").values())
-    targets = centre_targets(scenes)
-    # each unique shape's and colour's centre, and whether it is there: a linear code of the positions
-    known = {g: ~t.isnan() for g, t in targets.items()}
-    embedding = torch.cat([torch.cat([targets[g].nan_to_num(0.0).flatten(1), known[g].float().flatten(1)], 1)
-                           for g in GROUPS], 1)
+    embedding = position_code(scenes)
     rows = read_positions(embedding, scenes, embedding, scenes)
     assert [r["axis"] for r in rows] == ["horizontal", "vertical"]
     for row in rows:
@@ -65,9 +68,7 @@ def test_relations_are_read_from_an_embedding_that_holds_the_centres_and_not_fro
     """Vectors per colour and shape recover every relation from an embedding that codes where each
     colour and shape is (the form a text tower could compose), and not once its rows are shuffled."""
     scenes = list(load_scenes(tiny_world / "scenes.json").values())
-    targets = centre_targets(scenes)
-    embedding = torch.cat([torch.cat([targets[g].nan_to_num(0.0).flatten(1), (~targets[g].isnan()).float().flatten(1)],
-                                     1) for g in GROUPS], 1)
+    embedding = position_code(scenes)
     rows = read_relations(embedding, scenes, embedding, scenes)
     stated = [AXIS_OF[dominant_relation(a, b)] for s in scenes for a, b in itertools.combinations(s.objects, 2)]
     assert [(r["axis"], r["pairs"]) for r in rows] == [(axis, stated.count(axis)) for axis in AXES]
