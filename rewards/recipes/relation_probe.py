@@ -164,13 +164,12 @@ def read_relations(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embedd
     captions would state a relation on that axis (`dominant_relation`), whether e · (u_a - u_b) has
     the relation's sign, where u_x = colour vector + shape vector of object x, fitted by ridge on
     (fit_embeddings, fit_scenes) and measured on (embeddings, scenes)."""
+    fitted, measured = _relation_designs(fit_embeddings, fit_scenes), _relation_designs(embeddings, scenes)
     rows = []
     for axis in AXES:
-        fitted, measured = (_relation_design(e, group, axis) for e, group in ((fit_embeddings, fit_scenes),
-                                                                             (embeddings, scenes)))
-        if fitted is None or measured is None:
+        if axis not in fitted or axis not in measured:
             continue
-        (fit_design, fit_signs), (design, signs) = fitted, measured
+        (fit_design, fit_signs), (design, signs) = fitted[axis], measured[axis]
         vectors = _ridge(fit_design, fit_signs, RELATION_RIDGE)
         rows.append({"axis": axis, "pairs": len(signs), "fit_pairs": len(fit_signs),
                      "fit_accuracy": _sign_accuracy(fit_design @ vectors, fit_signs),
@@ -178,27 +177,24 @@ def read_relations(fit_embeddings: torch.Tensor, fit_scenes: list[Scene], embedd
     return rows
 
 
-def _relation_design(embeddings: torch.Tensor, scenes: list[Scene], axis: str
-                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """([pairs, names * d], [pairs]): each pair's (subject - object) name code times its image's
-    embedding, and +1 / -1 for the axis's first / second relation; None when no pair is on the axis."""
-    codes, rows, signs = [], [], []
+def _relation_designs(embeddings: torch.Tensor, scenes: list[Scene]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{axis: ([pairs, names * d], [pairs])} for the axes that have pairs: each pair's (subject -
+    object) name code times its image's embedding, and +1 / -1 for the axis's first / second relation."""
+    codes, rows, signs = defaultdict(list), defaultdict(list), defaultdict(list)
     for row, scene in enumerate(scenes):
         for a, b in itertools.combinations(scene.objects, 2):
             relation = dominant_relation(a, b)
-            if AXIS_OF[relation] != axis:
-                continue
+            axis = AXIS_OF[relation]
             code = torch.zeros(len(NAME_SLOT), dtype=torch.float64)
             for obj, sign in ((a, 1.0), (b, -1.0)):
                 code[NAME_SLOT[obj.color]] += sign
                 code[NAME_SLOT[obj.shape]] += sign
-            codes.append(code)
-            rows.append(row)
-            signs.append(1.0 if relation == FIRST_OF_AXIS[axis] else -1.0)
-    if not codes:
-        return None
-    design = torch.einsum("pk,pd->pkd", torch.stack(codes), embeddings[rows].double()).flatten(1)
-    return design, torch.tensor(signs, dtype=torch.float64)
+            codes[axis].append(code)
+            rows[axis].append(row)
+            signs[axis].append(1.0 if relation == FIRST_OF_AXIS[axis] else -1.0)
+    return {axis: (torch.einsum("pk,pd->pkd", torch.stack(codes[axis]), embeddings[rows[axis]].double()).flatten(1),
+                   torch.tensor(signs[axis], dtype=torch.float64))
+            for axis in codes}
 
 
 def _sign_accuracy(scores: torch.Tensor, signs: torch.Tensor) -> float:
