@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from features.clip_models.factory import load_reward_model
+from features.clip_models.lclip import load_lclip
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.spec import RewardModelSpec
 from features.images import open_rgb
@@ -170,6 +172,30 @@ def test_distill_round_trips_and_shrinks(tiny_world, teacher_file, tmp_path):
     assert {"student_i2t_r1", "teacher_i2t_r1", "student_match_acc"} <= set(summary)
 
 
+def test_distill_stage2_freezes_the_students_text_tower(tiny_world, teacher_file, tmp_path):
+    """The paper's stage 2 trains the image tower with the language encoder frozen: after stage 2
+    alone, the student's text tower is still its initialisation from the teacher (and it moves when
+    stage2_freeze_text is off, so the check can fail)."""
+    settings = dict(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+                    stage1_epochs=0, stage2_epochs=1, stage2_lr=1e-3, batch_size=16, workers=0)
+
+    def text_tower(out: Path) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in load_lclip(out).state_dict().items() if k.startswith("text_encoder.")}
+
+    frozen, trained = tmp_path / "frozen.ckpt", tmp_path / "trained.ckpt"
+    distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, out=str(frozen)), progress=False)
+    distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, out=str(trained), stage2_freeze_text=False),
+                                progress=False)
+    teacher = load_open_clip("world-clip-tiny", str(teacher_file)).model
+    start = distill_lclip.LClip(distill_lclip.student_config(teacher, distill_lclip.DistillConfig(**settings, out="x")))
+    distill_lclip.init_from_teacher(start, teacher)
+    initial = {k: v for k, v in start.state_dict().items() if k.startswith("text_encoder.")}
+    assert all(torch.equal(v, initial[k]) for k, v in text_tower(frozen).items())
+    assert not all(torch.equal(v, initial[k]) for k, v in text_tower(trained).items())
+    image = [k for k in start.state_dict() if k.startswith("image_encoder.")]
+    assert not all(torch.equal(load_lclip(frozen).state_dict()[k], start.state_dict()[k]) for k in image)
+
+
 def test_distill_pretrains_the_students_image_tower_first(tiny_world, teacher_file, tmp_path):
     """vision_pretrain_epochs: a scene-label stage on the student's image tower, logged before the two
     distillation stages; the checkpoint still loads through the lclip loader, and the stage needs scenes."""
@@ -211,6 +237,34 @@ def test_hints_are_the_teachers_last_map_pooled_and_normed(tiny_world):
         expected = (expected - expected.mean(-1, keepdim=True)) / expected.std(-1, correction=0, keepdim=True)
         assert hints.shape == (6, side * side, grid.shape[1])
         torch.testing.assert_close(hints[2], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_readout_projection_is_the_least_squares_map_to_the_teachers_embeddings(tiny_world):
+    """hint_projection: the student's projection becomes the ridge readout of the teacher's image
+    embeddings from its normed class token: below a random projection's error, and at a minimum
+    (any small step away raises the ridge objective)."""
+    train = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", limit=12)
+    torch.manual_seed(0)
+    loaded = load_open_clip("world-clip-rn16")
+    teacher = loaded.model.visual.eval()
+    settings = dict(teacher="x", dataset="x", images_root="x", out="x", stem_channels=[8, 16], vision_width=32)
+    tower = distill_lclip.LClip(distill_lclip.student_config(loaded.model, distill_lclip.DistillConfig(**settings)))
+    tower = tower.image_encoder.eval()
+    images = torch.stack([loaded.preprocess(open_rgb(path)) for path in train.paths])
+    with torch.no_grad():
+        x = tower.ln_post(tower.tokens(images)[:, 0]).double()
+        y = teacher(images).double()
+    ridge = 1e-3 * (x * x).sum(0).mean()
+
+    def objective(w: torch.Tensor) -> float:
+        return float(((x @ w - y) ** 2).sum() + ridge * (w * w).sum())
+
+    before = objective(tower.proj.detach().double())
+    feature_hints.readout_projection(tower, teacher, train, loaded.preprocess, torch.device("cpu"), 0)
+    fitted = tower.proj.detach().double()
+    assert objective(fitted) < 0.5 * before
+    for _ in range(3):
+        assert objective(fitted + 1e-3 * torch.randn_like(fitted)) > objective(fitted)
 
 
 def test_distill_hint_stage_teaches_the_students_tower_the_teachers_map(tiny_world, teacher_file, tmp_path):

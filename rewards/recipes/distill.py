@@ -62,7 +62,11 @@ class DistillConfig(RecipeConfig):
                             at_least=0)
     stage1_epochs: int = option(4, help="epochs of stage 1 (L_D per tower)", at_least=0)
     stage2_epochs: int = option(2, help="epochs of stage 2 (+ the similarity regulator)", at_least=0)
-    stage2_lr: float = option(1e-5, help="stage 2 learning rate, constant (the paper: 1e-5)", above=0)
+    stage2_lr: float = option(1e-5, help="stage 2 learning rate, constant (the paper: 1e-4 at batch 2048)", above=0)
+    stage2_freeze_text: bool = option(
+        True, help="stage 2 trains the image tower only, the text tower frozen, as the paper does (its language "
+        "encoder would otherwise overfit stage 2's data; here, unfrozen, one epoch moved the texts away from the "
+        "teacher's: text L_D 0.07 -> 0.10)")
     sr_weight: float = option(1.0, help="weight of the similarity-regulator loss in stage 2", at_least=0)
     rank_weight: float = option(
         0.0, help="weight of a ranking term in both stages (not in the paper): per image, the student's softmax "
@@ -79,6 +83,9 @@ class DistillConfig(RecipeConfig):
         0, help="epochs in which the student's image tower learns to predict the teacher's last feature map, "
         "place by place (FitNets hints; rewards/recipes/feature_hints.py), before stage 1 and after the scene "
         "labels", at_least=0)
+    hint_projection: bool = option(
+        False, help="after the hints, the image tower's output projection starts as the least-squares readout of "
+        "the teacher's image embeddings from the student's class token, instead of at random (needs hint_epochs)")
 
 
 def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
@@ -199,7 +206,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
                                  scenes, cfg.vision_pretrain_epochs)
     if cfg.hint_epochs:
         pretrain_on_hints(run, student.image_encoder, teacher.visual, train, loaded.preprocess, cfg.hint_epochs,
-                          cfg.workers)
+                          cfg.workers, cfg.hint_projection)
     record: dict = {}
     steps = max(1, len(train) // cfg.batch_size) * cfg.stage1_epochs
     stages = (Stage("stage1", cfg.stage1_epochs, cfg.lr, min(50, steps // 10 + 1)),
@@ -208,6 +215,8 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     for stage in stages:
         if not stage.epochs:
             continue
+        # with no gradient, the frozen tower's texts run without autograd and are left out of the optimizer
+        student.text_encoder.requires_grad_(not (stage.name == "stage2" and cfg.stage2_freeze_text))
 
         def step(model: torch.nn.Module, batch: dict, stage: Stage = stage) -> tuple[torch.Tensor, dict[str, float]]:
             return distill_step(model, teacher_pair, batch, cfg.sr_weight if stage.name == "stage2" else 0.0,
@@ -329,5 +338,7 @@ def _validate(cfg: DistillConfig) -> None:
             raise ConfigError(f"{key} ({getattr(cfg, key)}) must be a multiple of repeats ({cfg.repeats})")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
+    if cfg.hint_projection and not cfg.hint_epochs:
+        raise ConfigError("hint_projection reads the hint-trained tower: it needs hint_epochs")
     if cfg.vision_pretrain_epochs and not cfg.scenes:
         raise ConfigError("vision_pretrain_epochs needs 'scenes' (the world's scenes.json: the labels)")

@@ -78,11 +78,36 @@ def hint_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, fl
 
 
 def pretrain_on_hints(run: RecipeRun, tower: LClipVision, teacher_visual: nn.Module, split: Split,
-                      transform: Callable, epochs: int, workers: int) -> None:
+                      transform: Callable, epochs: int, workers: int, fit_projection: bool = False) -> None:
     """Train `tower` on the teacher's feature maps of `split` for `epochs`, as the resumable stage
-    "hints" of `run`; the adapter is dropped afterwards."""
+    "hints" of `run`; the adapter is dropped afterwards. With `fit_projection`, the tower's output
+    projection then starts as the least-squares readout of the teacher's embeddings (`readout_projection`)."""
     side = hint_side(teacher_visual, student_side(tower), run.device)
     hints = teacher_hints(teacher_visual, split, transform, side, run.device, workers)
     probe = HintProbe(tower, hints.shape[-1], side)
     stage = Stage("hints", epochs, run.cfg.lr, run.cfg.warmup_steps)
     run.fit(probe, ImagesWithTargets(split, transform, hints), collate_targets, hint_step, stage)
+    if fit_projection:
+        readout_projection(tower, teacher_visual, split, transform, run.device, workers)
+
+
+@torch.no_grad()
+def readout_projection(tower: LClipVision, teacher_visual: nn.Module, split: Split, transform: Callable,
+                       device: torch.device, workers: int, ridge: float = 1e-3) -> None:
+    """Set the tower's projection to the ridge readout of the teacher's image embeddings of `split`
+    from the tower's normed class token. Why: the hints teach the patch tokens, and the projection
+    is still random; stage 1 then spends its first epochs (how many depends on the seed) finding
+    the map a linear solve gives at once."""
+    was_training = tower.training
+    tower.eval()
+    features, targets = [], []
+    for batch in image_batches(split, transform, workers, 256):
+        raise_errors(batch)
+        images = batch["images"].to(device)
+        features.append(tower.ln_post(tower.tokens(to_channels_last(images))[:, 0]).float().cpu())
+        targets.append(teacher_visual(to_channels_last(images)).float().cpu())
+    tower.train(was_training)
+    x, y = torch.cat(features).double(), torch.cat(targets).double()
+    gram = x.T @ x
+    gram += ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype)
+    tower.proj.copy_(torch.linalg.solve(gram, x.T @ y).to(tower.proj.dtype))
