@@ -216,14 +216,14 @@ def test_distill_pretrains_the_students_image_tower_first(tiny_world, teacher_fi
 def test_hints_are_the_teachers_last_map_pooled_and_normed(tiny_world):
     """teacher_hints: a ResNet teacher's last stage (what its attention pool reads), computed here
     stage by stage, pooled to the coarser grid and layer-normed per token; a ViT teacher's last
-    patch tokens."""
+    patch tokens; and each image's embedding from the same forward."""
     train = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", limit=6)
     for arch, side in (("world-clip-rn16", 2), ("world-clip-tiny", 4)):
         torch.manual_seed(0)
         loaded = load_open_clip(arch)
         visual = loaded.model.visual.eval()
         assert feature_hints.hint_side(visual, 4, torch.device("cpu")) == side  # the coarser of 4x4 and its own
-        hints = feature_hints.teacher_hints(visual, train, loaded.preprocess, side, torch.device("cpu"), 0)
+        hints, embeddings = feature_hints.teacher_hints(visual, train, loaded.preprocess, side, torch.device("cpu"), 0)
         with torch.no_grad():
             image = loaded.preprocess(open_rgb(train.paths[2])).unsqueeze(0)
             if arch == "world-clip-rn16":
@@ -237,6 +237,8 @@ def test_hints_are_the_teachers_last_map_pooled_and_normed(tiny_world):
         expected = (expected - expected.mean(-1, keepdim=True)) / expected.std(-1, correction=0, keepdim=True)
         assert hints.shape == (6, side * side, grid.shape[1])
         torch.testing.assert_close(hints[2], expected, atol=1e-4, rtol=1e-4)
+        with torch.no_grad():  # the embeddings come from the same forward, as the tower gives them
+            torch.testing.assert_close(embeddings[2], visual(image)[0], atol=1e-4, rtol=1e-4)
 
 
 def test_readout_projection_is_the_least_squares_map_to_the_teachers_embeddings(tiny_world):
@@ -260,7 +262,7 @@ def test_readout_projection_is_the_least_squares_map_to_the_teachers_embeddings(
         return float(((x @ w - y) ** 2).sum() + ridge * (w * w).sum())
 
     before = objective(tower.proj.detach().double())
-    feature_hints.readout_projection(tower, teacher, train, loaded.preprocess, torch.device("cpu"), 0)
+    feature_hints.readout_projection(tower, y.float(), train, loaded.preprocess, torch.device("cpu"), 0)
     fitted = tower.proj.detach().double()
     assert objective(fitted) < 0.5 * before
     for _ in range(3):

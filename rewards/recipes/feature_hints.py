@@ -36,17 +36,19 @@ def hint_side(visual: nn.Module, student: int, device: torch.device) -> int:
 
 @torch.no_grad()
 def teacher_hints(visual: nn.Module, split: Split, transform: Callable, side: int, device: torch.device,
-                  workers: int, batch_size: int = 256) -> torch.Tensor:
+                  workers: int, batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """The teacher's last map of every image of `split`, pooled to side x side: [N, side², C], each
-    token layer-normed."""
-    grid = last_map(visual, "hint_epochs", embedding=False)
-    chunks = []
+    token layer-normed; and, from the same forward, its image embeddings [N, d] (not normalised)."""
+    grid = last_map(visual, "hint_epochs", embedding=True)
+    maps, embeddings = [], []
     for batch in image_batches(split, transform, workers, batch_size):
         raise_errors(batch)
-        pooled = F.adaptive_avg_pool2d(grid(batch["images"].to(device))["map"].float(), side).flatten(2).transpose(1, 2)
+        out = grid(batch["images"].to(device))
+        pooled = F.adaptive_avg_pool2d(out["map"].float(), side).flatten(2).transpose(1, 2)
         # a tiny eps: an untrained teacher's maps can be small, and the default eps would flatten them
-        chunks.append(F.layer_norm(pooled, pooled.shape[-1:], eps=1e-12).cpu())
-    return torch.cat(chunks)
+        maps.append(F.layer_norm(pooled, pooled.shape[-1:], eps=1e-12).cpu())
+        embeddings.append(out["embedding"].float().cpu())
+    return torch.cat(maps), torch.cat(embeddings)
 
 
 class HintProbe(nn.Module):
@@ -83,31 +85,30 @@ def pretrain_on_hints(run: RecipeRun, tower: LClipVision, teacher_visual: nn.Mod
     "hints" of `run`; the adapter is dropped afterwards. With `fit_projection`, the tower's output
     projection then starts as the least-squares readout of the teacher's embeddings (`readout_projection`)."""
     side = hint_side(teacher_visual, student_side(tower), run.device)
-    hints = teacher_hints(teacher_visual, split, transform, side, run.device, workers)
+    hints, embeddings = teacher_hints(teacher_visual, split, transform, side, run.device, workers)
     probe = HintProbe(tower, hints.shape[-1], side)
     stage = Stage("hints", epochs, run.cfg.lr, run.cfg.warmup_steps)
     run.fit(probe, ImagesWithTargets(split, transform, hints), collate_targets, hint_step, stage)
     if fit_projection:
-        readout_projection(tower, teacher_visual, split, transform, run.device, workers)
+        readout_projection(tower, embeddings, split, transform, run.device, workers)
 
 
 @torch.no_grad()
-def readout_projection(tower: LClipVision, teacher_visual: nn.Module, split: Split, transform: Callable,
+def readout_projection(tower: LClipVision, targets: torch.Tensor, split: Split, transform: Callable,
                        device: torch.device, workers: int, ridge: float = 1e-3) -> None:
-    """Set the tower's projection to the ridge readout of the teacher's image embeddings of `split`
-    from the tower's normed class token. Why: the hints teach the patch tokens, and the projection
-    is still random; stage 1 then spends its first epochs (how many depends on the seed) finding
-    the map a linear solve gives at once."""
+    """Set the tower's projection to the ridge readout of `targets` (the teacher's image embeddings
+    of `split`, row by row) from the tower's normed class token. Why: the hints teach the patch
+    tokens, and the projection is still random; stage 1 then spends its first epochs (how many
+    depends on the seed) finding the map a linear solve gives at once."""
     was_training = tower.training
     tower.eval()
-    features, targets = [], []
+    features = []
     for batch in image_batches(split, transform, workers, 256):
         raise_errors(batch)
-        images = batch["images"].to(device)
-        features.append(tower.ln_post(tower.tokens(to_channels_last(images))[:, 0]).float().cpu())
-        targets.append(teacher_visual(to_channels_last(images)).float().cpu())
+        images = to_channels_last(batch["images"].to(device))
+        features.append(tower.ln_post(tower.tokens(images)[:, 0]).float().cpu())
     tower.train(was_training)
-    x, y = torch.cat(features).double(), torch.cat(targets).double()
+    x, y = torch.cat(features).double(), targets.double()
     gram = x.T @ x
     gram += ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype)
     tower.proj.copy_(torch.linalg.solve(gram, x.T @ y).to(tower.proj.dtype))
