@@ -445,4 +445,54 @@ def test_the_foil_table_describes_the_saved_weights(tiny_world, tmp_path, monkey
     again = measured(loaded.model.encode_image, clip_text_forward(loaded.model),
                      ClipTokenizer(int(loaded.model.context_length)), val, loaded.preprocess, scenes, "clip_s",
                      torch.device("cpu"))
-    assert json.loads(out.with_suffix(".json").read_text())["world_foils"] == again
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["world_foils"] == again.rendered
+    assert summary["reference_foils"] == again.references
+
+
+def test_the_references_table_judges_each_foil_against_its_own_image(tiny_world):
+    """The references' table pairs every foil with its own image and caption, skips the fields a
+    foil lacks, and counts ties as one half. A stand-in model that embeds each image's true caption
+    on its image's axis, every foil half-way off it, and place foils exactly on it, must score 1
+    on every kind but place (0.5), and its mean must be the mean of the kinds."""
+    from features.clip_models.tokens import ClipTokenizer
+    from features.world.foils import reference_foils
+    from features.world.scene import load_scenes
+    from rewards.recipes.data import load_split
+    from rewards.recipes.foil_report import _accuracy, judge_foils
+
+    val = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "val")
+    scenes = load_scenes(str(tiny_world / "scenes.json"))
+    captions = {i: (s, lo) for i, s, lo in zip(val.image_ids, val.short, val.long, strict=True)}
+    items = reference_foils(scenes, captions, val.image_ids, seed=2)
+    for item in items[::3]:  # some items without a long caption, as when a dataset has none
+        item.pop("long_caption", None)
+    tokenizer, n = ClipTokenizer(248), len(items)
+    prefix = "A photo depicts "
+    meaning = {}
+    for row, item in enumerate(items):
+        for field in ("caption", "long_caption"):
+            if field in item:
+                meaning[prefix + item[field]] = (row, 0.0)
+            for foil in item["foils"]:
+                if field in foil:
+                    meaning[prefix + foil[field]] = (row, 0.0 if foil["kind"] == "place" else 1.0)
+    by_ids = {tuple(tokenizer.ids([text])[0]): value for text, value in meaning.items()}
+
+    def encode_text(tokens: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(len(tokens), n + 1)
+        for k, row_ids in enumerate(tokens.tolist()):
+            row, off = by_ids[tuple(i for i in row_ids if i)]
+            out[k, row], out[k, n] = 1.0, off
+        return out
+
+    judged = judge_foils(torch.eye(n, n + 1), encode_text, tokenizer, items, "clip_s", torch.device("cpu"))
+    expected = sum(len([f for f in it["foils"] if field in f]) for it in items for field in ("caption", "long_caption")
+                   if field in it)
+    assert len(judged) == expected and {j.captions for j in judged} == {"short", "long"}
+    accuracy = _accuracy(judged, mean=True)
+    for label, by_kind in accuracy.items():
+        kinds = [k for k in by_kind if k not in ("all", "mean")]
+        assert by_kind["mean"] == pytest.approx(sum(by_kind[k] for k in kinds) / len(kinds))
+        assert all(by_kind[k] == (0.5 if k == "place" else 1.0) for k in kinds), (label, by_kind)
+    assert "place" in accuracy["short"] and len(accuracy["short"]) >= 8

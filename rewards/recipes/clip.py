@@ -152,9 +152,10 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     if run.is_main:
         save_weights(model, cfg.out)
         if cfg.scenes:
-            summary["world_foils"] = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val,
-                                                   loaded.preprocess, cfg.scenes, "clip_s", run.device, cfg.workers)
-            print(foil_table(f"{cfg.out} (clip_s)", summary["world_foils"]))
+            report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val,
+                                   loaded.preprocess, cfg.scenes, "clip_s", run.device, cfg.workers)
+            summary["world_foils"], summary["reference_foils"] = report.rendered, report.references
+            print(foil_table(f"{cfg.out} (clip_s)", report))
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary

@@ -227,9 +227,10 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     if run.is_main:
         save_student(student, cfg.out, stage_epochs=(cfg.stage1_epochs, cfg.stage2_epochs))
         if cfg.scenes:
-            summary["world_foils"] = foil_accuracy(student.encode_image, student.encode_text, tokenizer, val,
-                                                   loaded.preprocess, cfg.scenes, "clip_s", run.device, cfg.workers)
-            print(foil_table(f"{cfg.out} (l_clip_s)", summary["world_foils"]))
+            report = foil_accuracy(student.encode_image, student.encode_text, tokenizer, val,
+                                   loaded.preprocess, cfg.scenes, "clip_s", run.device, cfg.workers)
+            summary["world_foils"], summary["reference_foils"] = report.rendered, report.references
+            print(foil_table(f"{cfg.out} (l_clip_s)", report))
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary

@@ -2,6 +2,12 @@
 how often the trained model scores an image's correct caption above a caption with one fact
 changed, per foil kind, for short and long captions (chance 0.5, a tie counts one half).
 
+Two tables: the rendered foils (`features.world.foils.world_foils`: added, colour, relation and
+shape, in the generator's own sentences) on every val image, and the foils in the references'
+wording (`reference_foils`: all ten kinds the hard-negative builder knows, in each image's own first
+reference and long caption) on the first REFERENCE_IMAGES val images. A recipe change that trades a
+kind nobody looks at for one in the first table (place, count or binding, say) shows in the second.
+
 It scores with the model's own metric formula (clip_s / l_clip_s with the "A photo depicts "
 prefix, specs without), from embeddings computed here, so a regression shows in every run.
 """
@@ -15,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from features.clip_models.tokens import ClipTokenizer
-from features.world.foils import world_foils
+from features.world.foils import reference_foils, world_foils
 from features.world.scene import Scene, load_scenes
 from plumbing.errors import DataError
 from plumbing.tables import format_table
@@ -24,6 +30,9 @@ from rewards.recipes.contrastive import embed_texts
 from rewards.recipes.data import Split, embed_split_images
 
 FORMULAS = {"clip_s": (formulas.CLIP_S_PREFIX, formulas.clip_s), "specs": ("", formulas.specs)}
+# Enough images that a kind's figure moves by about 0.04 at one standard error, and few enough that the
+# long captions' texts (about eleven per image) cost seconds, not the demo's budget.
+REFERENCE_IMAGES = 200
 
 
 @dataclass(frozen=True)
@@ -35,18 +44,42 @@ class FoilJudgement:
     text_cosine: float  # between the true caption's and the foil's text embeddings
 
 
+@dataclass(frozen=True)
+class FoilReport:
+    rendered: dict[str, dict[str, float]]  # {"short": {kind: accuracy, ..., "all": ...}, "long": {...}}
+    references: dict[str, dict[str, float]]  # the same for the references' wording, with "mean" over kinds
+
+
 @torch.no_grad()
 def foil_accuracy(encode_image: Callable, encode_text: Callable, tokenizer: ClipTokenizer, split: Split,
                   transform: Callable, scenes_path: str, formula: str, device: torch.device, workers: int = 0,
-                  seed: int = 0) -> dict[str, dict[str, float]]:
-    """{"short": {kind: accuracy, ..., "all": ...}, "long": {...}} on the split's images."""
-    items = split_foils(split, load_scenes(scenes_path), seed, scenes_path)
+                  seed: int = 0, reference_images: int = REFERENCE_IMAGES) -> FoilReport:
+    """Both foil tables on the split's images (the references' one on its first `reference_images`)."""
+    scenes = load_scenes(scenes_path)
+    items = split_foils(split, scenes, seed, scenes_path)
     images = embed_split_images(encode_image, split, transform, device, workers)
+    rendered = _accuracy(judge_foils(images, encode_text, tokenizer, items, formula, device))
+    rows = list(range(min(reference_images, len(split))))
+    captions = {split.image_ids[r]: (split.short[r], split.long[r]) for r in rows}
+    worded = reference_foils(scenes, captions, [split.image_ids[r] for r in rows], seed)
+    row_of = {image_id: row for row, image_id in enumerate(split.image_ids)}
+    worded_images = images[[row_of[item["image_id"]] for item in worded]]
+    references = _accuracy(judge_foils(worded_images, encode_text, tokenizer, worded, formula, device), mean=True)
+    return FoilReport(rendered, references)
+
+
+def _accuracy(judged: list[FoilJudgement], mean: bool = False) -> dict[str, dict[str, float]]:
     wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for judged in judge_foils(images, encode_text, tokenizer, items, formula, device):
-        wins[judged.captions][judged.kind].append(judged.win)
-        wins[judged.captions]["all"].append(judged.win)
-    return {label: {kind: sum(v) / len(v) for kind, v in sorted(by_kind.items())} for label, by_kind in wins.items()}
+    for judgement in judged:
+        wins[judgement.captions][judgement.kind].append(judgement.win)
+    out = {}
+    for label, by_kind in wins.items():
+        accuracy = {kind: sum(v) / len(v) for kind, v in sorted(by_kind.items())}
+        accuracy["all"] = sum(sum(v) for v in by_kind.values()) / sum(len(v) for v in by_kind.values())
+        if mean:
+            accuracy["mean"] = sum(accuracy[kind] for kind in by_kind) / len(by_kind)
+        out[label] = accuracy
+    return out
 
 
 def split_foils(split: Split, scenes: dict[int, Scene], seed: int = 0, scenes_path: str = "scenes.json") -> list[dict]:
@@ -62,24 +95,34 @@ def split_foils(split: Split, scenes: dict[int, Scene], seed: int = 0, scenes_pa
 def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipTokenizer, items: list[dict],
                 formula: str, device: torch.device) -> list[FoilJudgement]:
     """Every foil of every item judged against its true caption, short and long, with the model's
-    formula on the images' normalised embeddings [N, d] (row i = item i)."""
+    formula on the images' normalised embeddings [N, d] (row i = item i). An item or foil without
+    a field ("long_caption": a kind the builder could change in one wording only) sits that one out."""
     prefix, score = FORMULAS[formula]
     judged = []
     for field, label in (("caption", "short"), ("long_caption", "long")):
-        texts = [prefix + item[field] for item in items] + [prefix + f[field] for item in items for f in item["foils"]]
+        rows = [row for row, item in enumerate(items) if field in item]
+        foils = [(row, foil) for row in rows for foil in items[row]["foils"] if field in foil]
+        texts = [prefix + items[row][field] for row in rows] + [prefix + foil[field] for _, foil in foils]
+        if not foils:
+            continue
         embedded = embed_texts(encode_text, tokenizer, texts, device)
-        right = score(images, embedded[: len(items)])
-        k = len(items)
-        for row, item in enumerate(items):
-            for foil in item["foils"]:
-                wrong = score(images[row: row + 1], embedded[k: k + 1])[0]
-                win = 1.0 if right[row] > wrong else 0.5 if right[row] == wrong else 0.0
-                judged.append(FoilJudgement(row, foil["kind"], label, win, float(embedded[row] @ embedded[k])))
-                k += 1
+        truth = dict(zip(rows, embedded[: len(rows)], strict=True))
+        right = dict(zip(rows, score(images[rows], embedded[: len(rows)]).tolist(), strict=True))
+        wrong = score(images[[row for row, _ in foils]], embedded[len(rows):]).tolist()
+        for (row, foil), foil_score, foil_text in zip(foils, wrong, embedded[len(rows):], strict=True):
+            win = 1.0 if right[row] > foil_score else 0.5 if right[row] == foil_score else 0.0
+            judged.append(FoilJudgement(row, foil["kind"], label, win, float(truth[row] @ foil_text)))
     return judged
 
 
-def foil_table(name: str, accuracy: dict[str, dict[str, float]]) -> str:
-    kinds = sorted({k for by_kind in accuracy.values() for k in by_kind}, key=lambda k: (k == "all", k))
+def foil_table(name: str, report: FoilReport) -> str:
+    """Both tables, as a run prints them at its end."""
+    return (f"world-foil accuracy of {name} (val; chance 0.5):\n" + _table(report.rendered) +
+            f"\nin the references' wording (first {REFERENCE_IMAGES} val images; one foil per kind and caption):\n"
+            + _table(report.references))
+
+
+def _table(accuracy: dict[str, dict[str, float]]) -> str:
+    kinds = sorted({k for by_kind in accuracy.values() for k in by_kind}, key=lambda k: (k in ("all", "mean"), k))
     rows = [[label, *(f"{by_kind.get(k, float('nan')):.3f}" for k in kinds)] for label, by_kind in accuracy.items()]
-    return f"world-foil accuracy of {name} (val; chance 0.5):\n" + format_table(["captions", *kinds], rows)
+    return format_table(["captions", *kinds], rows)

@@ -135,9 +135,10 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
         if cfg.scenes:
             val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                              allow_outside_root=cfg.allow_outside_root)
-            summary["world_foils"] = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val,
-                                                   transform, cfg.scenes, "specs", run.device, cfg.workers)
-            print(foil_table(f"{cfg.out} (specs)", summary["world_foils"]))
+            report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val,
+                                   transform, cfg.scenes, "specs", run.device, cfg.workers)
+            summary["world_foils"], summary["reference_foils"] = report.rendered, report.references
+            print(foil_table(f"{cfg.out} (specs)", report))
         write_json(Path(cfg.out).with_suffix(".json"), {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary
