@@ -448,6 +448,7 @@ def test_the_foil_table_describes_the_saved_weights(tiny_world, tmp_path, monkey
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["world_foils"] == again.rendered
     assert summary["reference_foils"] == again.references
+    assert summary["reference_foil_counts"] == again.reference_counts
 
 
 def test_the_references_table_judges_each_foil_against_its_own_image(tiny_world):
@@ -490,7 +491,10 @@ def test_the_references_table_judges_each_foil_against_its_own_image(tiny_world)
     expected = sum(len([f for f in it["foils"] if field in f]) for it in items for field in ("caption", "long_caption")
                    if field in it)
     assert len(judged) == expected and {j.captions for j in judged} == {"short", "long"}
-    accuracy = _accuracy(judged, mean=True)
+    accuracy, counts = _accuracy(judged, mean=True)
+    assert sum(counts[label]["all"] for label in counts) == len(judged)
+    assert counts["long"] == {kind: sum(1 for j in judged if j.captions == "long" and j.kind == kind)
+                              for kind in counts["long"] if kind != "all"} | {"all": counts["long"]["all"]}
     for label, by_kind in accuracy.items():
         kinds = [k for k in by_kind if k not in ("all", "mean")]
         assert by_kind["mean"] == pytest.approx(sum(by_kind[k] for k in kinds) / len(kinds))

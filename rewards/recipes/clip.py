@@ -155,6 +155,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
             report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val,
                                    loaded.preprocess, cfg.scenes, "clip_s", run.device, cfg.workers)
             summary["world_foils"], summary["reference_foils"] = report.rendered, report.references
+            summary["reference_foil_counts"] = report.reference_counts
             print(foil_table(f"{cfg.out} (clip_s)", report))
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()

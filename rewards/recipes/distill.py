@@ -230,6 +230,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
             report = foil_accuracy(student.encode_image, student.encode_text, tokenizer, val,
                                    loaded.preprocess, cfg.scenes, "clip_s", run.device, cfg.workers)
             summary["world_foils"], summary["reference_foils"] = report.rendered, report.references
+            summary["reference_foil_counts"] = report.reference_counts
             print(foil_table(f"{cfg.out} (l_clip_s)", report))
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()

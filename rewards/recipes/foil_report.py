@@ -48,6 +48,8 @@ class FoilJudgement:
 class FoilReport:
     rendered: dict[str, dict[str, float]]  # {"short": {kind: accuracy, ..., "all": ...}, "long": {...}}
     references: dict[str, dict[str, float]]  # the same for the references' wording, with "mean" over kinds
+    reference_counts: dict[str, dict[str, int]]  # the foils behind each figure of `references`
+    reference_images: int  # how many val images the references' table read
 
 
 @torch.no_grad()
@@ -58,28 +60,32 @@ def foil_accuracy(encode_image: Callable, encode_text: Callable, tokenizer: Clip
     scenes = load_scenes(scenes_path)
     items = split_foils(split, scenes, seed, scenes_path)
     images = embed_split_images(encode_image, split, transform, device, workers)
-    rendered = _accuracy(judge_foils(images, encode_text, tokenizer, items, formula, device))
+    rendered, _ = _accuracy(judge_foils(images, encode_text, tokenizer, items, formula, device))
     rows = list(range(min(reference_images, len(split))))
     captions = {split.image_ids[r]: (split.short[r], split.long[r]) for r in rows}
     worded = reference_foils(scenes, captions, [split.image_ids[r] for r in rows], seed)
     row_of = {image_id: row for row, image_id in enumerate(split.image_ids)}
     worded_images = images[[row_of[item["image_id"]] for item in worded]]
-    references = _accuracy(judge_foils(worded_images, encode_text, tokenizer, worded, formula, device), mean=True)
-    return FoilReport(rendered, references)
+    judged = judge_foils(worded_images, encode_text, tokenizer, worded, formula, device)
+    references, counts = _accuracy(judged, mean=True)
+    return FoilReport(rendered, references, counts, len(rows))
 
 
-def _accuracy(judged: list[FoilJudgement], mean: bool = False) -> dict[str, dict[str, float]]:
+def _accuracy(judged: list[FoilJudgement], mean: bool = False) -> tuple[dict, dict]:
+    """({label: {kind: accuracy, "all": pooled[, "mean": over kinds]}}, {label: {kind: foils, "all": foils}})."""
     wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for judgement in judged:
         wins[judgement.captions][judgement.kind].append(judgement.win)
-    out = {}
+    accuracy, counts = {}, {}
     for label, by_kind in wins.items():
-        accuracy = {kind: sum(v) / len(v) for kind, v in sorted(by_kind.items())}
-        accuracy["all"] = sum(sum(v) for v in by_kind.values()) / sum(len(v) for v in by_kind.values())
+        figures = {kind: sum(v) / len(v) for kind, v in sorted(by_kind.items())}
+        figures["all"] = sum(sum(v) for v in by_kind.values()) / sum(len(v) for v in by_kind.values())
         if mean:
-            accuracy["mean"] = sum(accuracy[kind] for kind in by_kind) / len(by_kind)
-        out[label] = accuracy
-    return out
+            figures["mean"] = sum(figures[kind] for kind in by_kind) / len(by_kind)
+        accuracy[label] = figures
+        counts[label] = {kind: len(v) for kind, v in sorted(by_kind.items())} | {
+            "all": sum(len(v) for v in by_kind.values())}
+    return accuracy, counts
 
 
 def split_foils(split: Split, scenes: dict[int, Scene], seed: int = 0, scenes_path: str = "scenes.json") -> list[dict]:
@@ -116,13 +122,16 @@ def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipToke
 
 
 def foil_table(name: str, report: FoilReport) -> str:
-    """Both tables, as a run prints them at its end."""
+    """Both tables, as a run prints them at its end; the second with the number of foils behind each
+    figure (a short reference states some facts only now and then)."""
     return (f"world-foil accuracy of {name} (val; chance 0.5):\n" + _table(report.rendered) +
-            f"\nin the references' wording (first {REFERENCE_IMAGES} val images; one foil per kind and caption):\n"
-            + _table(report.references))
+            f"\nin the references' wording (first {report.reference_images} val images; one foil per kind and "
+            "caption; n: foils):\n" + _table(report.references, report.reference_counts))
 
 
-def _table(accuracy: dict[str, dict[str, float]]) -> str:
+def _table(accuracy: dict[str, dict[str, float]], counts: dict[str, dict[str, int]] | None = None) -> str:
     kinds = sorted({k for by_kind in accuracy.values() for k in by_kind}, key=lambda k: (k in ("all", "mean"), k))
     rows = [[label, *(f"{by_kind.get(k, float('nan')):.3f}" for k in kinds)] for label, by_kind in accuracy.items()]
+    for label, by_kind in (counts or {}).items():
+        rows.append([f"n {label}", *(str(by_kind[k]) if k in by_kind else "" for k in kinds)])
     return format_table(["captions", *kinds], rows)

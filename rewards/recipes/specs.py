@@ -138,6 +138,7 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
             report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val,
                                    transform, cfg.scenes, "specs", run.device, cfg.workers)
             summary["world_foils"], summary["reference_foils"] = report.rendered, report.references
+            summary["reference_foil_counts"] = report.reference_counts
             print(foil_table(f"{cfg.out} (specs)", report))
         write_json(Path(cfg.out).with_suffix(".json"), {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
