@@ -491,7 +491,7 @@ def test_the_references_table_judges_each_foil_against_its_own_image(tiny_world)
     expected = sum(len([f for f in it["foils"] if field in f]) for it in items for field in ("caption", "long_caption")
                    if field in it)
     assert len(judged) == expected and {j.captions for j in judged} == {"short", "long"}
-    accuracy, counts = _accuracy(judged, mean=True)
+    accuracy, counts = _accuracy(judged)
     assert sum(counts[label]["all"] for label in counts) == len(judged)
     assert counts["long"] == {kind: sum(1 for j in judged if j.captions == "long" and j.kind == kind)
                               for kind in counts["long"] if kind != "all"} | {"all": counts["long"]["all"]}

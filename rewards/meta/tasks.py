@@ -3,13 +3,13 @@ human ratings (formats: `python -m rewards.meta_eval --help`). A tie counts one 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 from plumbing.errors import DataError
 from plumbing.karpathy import read_json
 from plumbing.tables import format_table
 from rewards.meta.correlation import kendall_tau, pearson
+from rewards.meta.outcomes import grouped_accuracy, win
 from rewards.suite import MetricSuite
 
 
@@ -40,10 +40,6 @@ def _refs(path, k: int, entry: dict, references: dict[int, list[str]] | None) ->
     return refs
 
 
-def _win(better: float, worse: float) -> float:
-    return 1.0 if better > worse else 0.5 if better == worse else 0.0
-
-
 def foil_accuracy(path, suite: MetricSuite, references=None) -> dict:
     entries = _entries(path)
     result = {}
@@ -68,7 +64,7 @@ def foil_accuracy(path, suite: MetricSuite, references=None) -> dict:
                 pairs.append((correct, len(rows), str(foil.get("kind", "foil"))))
                 rows.append((entry["image_id"], _text(f"{path} foils[{j}]", k, foil, field), refs))
         scores = suite.score_rows(*zip(*rows, strict=True))
-        result[label] = _grouped({name: [(kind, _win(values[a], values[b])) for a, b, kind in pairs]
+        result[label] = _grouped({name: [(kind, win(values[a], values[b])) for a, b, kind in pairs]
                                   for name, values in scores.items()})
     return result
 
@@ -86,7 +82,7 @@ def pair_accuracy(path, suite: MetricSuite, references=None) -> dict:
         rows += [(entry["image_id"], candidates[0], refs), (entry["image_id"], candidates[1], refs)]
         meta.append((preference, str(entry.get("category", "all"))))
     scores = suite.score_rows(*zip(*rows, strict=True))
-    return _grouped({name: [(category, _win(values[2 * i + p], values[2 * i + 1 - p]))
+    return _grouped({name: [(category, win(values[2 * i + p], values[2 * i + 1 - p]))
                             for i, (p, category) in enumerate(meta)] for name, values in scores.items()})
 
 
@@ -105,21 +101,7 @@ def human_correlation(path, suite: MetricSuite, references=None) -> dict:
 
 
 def _grouped(outcomes: dict[str, list[tuple[str, float]]]) -> dict:
-    """Accuracy per group, "all" over every item and, with two groups or more, "mean" over the groups:
-    when the groups differ in size, a gain on a large one can hide a loss on a small one in "all"."""
-    table = {}
-    for name, pairs in outcomes.items():
-        groups: dict[str, list[float]] = defaultdict(list)
-        for group, win in pairs:
-            groups[group].append(win)
-        accuracy = {group: sum(v) / len(v) for group, v in groups.items()}
-        named = [value for group, value in accuracy.items() if group != "all"]
-        wins = [win for _, win in pairs]
-        accuracy["all"] = sum(wins) / len(wins)
-        if len(named) > 1 and "mean" not in accuracy:  # a kind of that name keeps its own value
-            accuracy["mean"] = sum(named) / len(named)
-        table[name] = dict(sorted(accuracy.items()))
-    return table
+    return {name: grouped_accuracy(pairs) for name, pairs in outcomes.items()}
 
 
 def markdown(title: str, table: dict) -> str:

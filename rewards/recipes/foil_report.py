@@ -14,7 +14,7 @@ prefix, specs without), from embeddings computed here, so a regression shows in 
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +26,7 @@ from features.world.scene import Scene, load_scenes
 from plumbing.errors import DataError
 from plumbing.tables import format_table
 from rewards.clip import formulas
+from rewards.meta.outcomes import grouped_accuracy, win
 from rewards.recipes.contrastive import embed_texts
 from rewards.recipes.data import Split, embed_split_images
 
@@ -46,8 +47,8 @@ class FoilJudgement:
 
 @dataclass(frozen=True)
 class FoilReport:
-    rendered: dict[str, dict[str, float]]  # {"short": {kind: accuracy, ..., "all": ...}, "long": {...}}
-    references: dict[str, dict[str, float]]  # the same for the references' wording, with "mean" over kinds
+    rendered: dict[str, dict[str, float]]  # {"short": {kind: accuracy, ..., "all": ..., "mean": ...}, "long": {...}}
+    references: dict[str, dict[str, float]]  # the same for the references' wording
     reference_counts: dict[str, dict[str, int]]  # the foils behind each figure of `references`
     reference_images: int  # how many val images the references' table read
 
@@ -67,24 +68,18 @@ def foil_accuracy(encode_image: Callable, encode_text: Callable, tokenizer: Clip
     row_of = {image_id: row for row, image_id in enumerate(split.image_ids)}
     worded_images = images[[row_of[item["image_id"]] for item in worded]]
     judged = judge_foils(worded_images, encode_text, tokenizer, worded, formula, device)
-    references, counts = _accuracy(judged, mean=True)
+    references, counts = _accuracy(judged)
     return FoilReport(rendered, references, counts, len(rows))
 
 
-def _accuracy(judged: list[FoilJudgement], mean: bool = False) -> tuple[dict, dict]:
-    """({label: {kind: accuracy, "all": pooled[, "mean": over kinds]}}, {label: {kind: foils, "all": foils}})."""
-    wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+def _accuracy(judged: list[FoilJudgement]) -> tuple[dict, dict]:
+    """({label: accuracy per kind with "all" and "mean"}, {label: foils per kind with "all"})."""
+    outcomes: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for judgement in judged:
-        wins[judgement.captions][judgement.kind].append(judgement.win)
-    accuracy, counts = {}, {}
-    for label, by_kind in wins.items():
-        figures = {kind: sum(v) / len(v) for kind, v in sorted(by_kind.items())}
-        figures["all"] = sum(sum(v) for v in by_kind.values()) / sum(len(v) for v in by_kind.values())
-        if mean:
-            figures["mean"] = sum(figures[kind] for kind in by_kind) / len(by_kind)
-        accuracy[label] = figures
-        counts[label] = {kind: len(v) for kind, v in sorted(by_kind.items())} | {
-            "all": sum(len(v) for v in by_kind.values())}
+        outcomes[judgement.captions].append((judgement.kind, judgement.win))
+    accuracy = {label: grouped_accuracy(pairs) for label, pairs in outcomes.items()}
+    counts = {label: dict(sorted(Counter(kind for kind, _ in pairs).items())) | {"all": len(pairs)}
+              for label, pairs in outcomes.items()}
     return accuracy, counts
 
 
@@ -116,8 +111,8 @@ def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipToke
         right = dict(zip(rows, score(images[rows], embedded[: len(rows)]).tolist(), strict=True))
         wrong = score(images[[row for row, _ in foils]], embedded[len(rows):]).tolist()
         for (row, foil), foil_score, foil_text in zip(foils, wrong, embedded[len(rows):], strict=True):
-            win = 1.0 if right[row] > foil_score else 0.5 if right[row] == foil_score else 0.0
-            judged.append(FoilJudgement(row, foil["kind"], label, win, float(truth[row] @ foil_text)))
+            judged.append(FoilJudgement(row, foil["kind"], label, win(right[row], foil_score),
+                                        float(truth[row] @ foil_text)))
     return judged
 
 
