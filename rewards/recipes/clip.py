@@ -45,7 +45,7 @@ from rewards.recipes.data import (
     load_split,
     pick,
 )
-from rewards.recipes.foil_report import foil_accuracy, foil_table
+from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.grounding import Grounding
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
@@ -152,11 +152,9 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     if run.is_main:
         save_weights(model, cfg.out)
         if cfg.scenes:
-            report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val,
-                                   loaded.preprocess, cfg.scenes, "clip_s", run.device, cfg.workers)
-            summary["world_foils"], summary["reference_foils"] = report.rendered, report.references
-            summary["reference_foil_counts"] = report.reference_counts
-            print(foil_table(f"{cfg.out} (clip_s)", report))
+            report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val, loaded.preprocess,
+                                   cfg.scenes, "clip_s", run.device, cfg.workers)
+            summary.update(announce(f"{cfg.out} (clip_s)", report))
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary

@@ -35,7 +35,7 @@ from rewards.clip.formulas import CLIP_S_PREFIX, clip_s
 from rewards.recipes.contrastive import embed_texts, gather_with_grad, recall_at_1
 from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels, embed_split_images, load_split, pick
 from rewards.recipes.feature_hints import pretrain_on_hints
-from rewards.recipes.foil_report import foil_accuracy, foil_table
+from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.scene_labels import pretrain_on_scene_labels
 from rewards.recipes.training import finished_summary
@@ -227,11 +227,9 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     if run.is_main:
         save_student(student, cfg.out, stage_epochs=(cfg.stage1_epochs, cfg.stage2_epochs))
         if cfg.scenes:
-            report = foil_accuracy(student.encode_image, student.encode_text, tokenizer, val,
-                                   loaded.preprocess, cfg.scenes, "clip_s", run.device, cfg.workers)
-            summary["world_foils"], summary["reference_foils"] = report.rendered, report.references
-            summary["reference_foil_counts"] = report.reference_counts
-            print(foil_table(f"{cfg.out} (l_clip_s)", report))
+            report = foil_accuracy(student.encode_image, student.encode_text, tokenizer, val, loaded.preprocess,
+                                   cfg.scenes, "clip_s", run.device, cfg.workers)
+            summary.update(announce(f"{cfg.out} (l_clip_s)", report))
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary

@@ -116,6 +116,13 @@ def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipToke
     return judged
 
 
+def announce(name: str, report: FoilReport) -> dict:
+    """Print both tables under `name` and return the entries a recipe's summary JSON keeps."""
+    print(foil_table(name, report))
+    return {"world_foils": report.rendered, "reference_foils": report.references,
+            "reference_foil_counts": report.reference_counts}
+
+
 def foil_table(name: str, report: FoilReport) -> str:
     """Both tables, as a run prints them at its end; the second with the number of foils behind each
     figure (a short reference states some facts only now and then)."""

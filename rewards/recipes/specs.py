@@ -44,7 +44,7 @@ from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError, DataError
 from rewards.recipes.contrastive import gather_with_grad, info_nce, negclip_loss
 from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels, load_split
-from rewards.recipes.foil_report import foil_accuracy, foil_table
+from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.specificity import detail_units_of, join_units, negative_unit, scene_negative_filter
 from rewards.recipes.training import finished_summary, save_pt
@@ -135,11 +135,9 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
         if cfg.scenes:
             val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                              allow_outside_root=cfg.allow_outside_root)
-            report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val,
-                                   transform, cfg.scenes, "specs", run.device, cfg.workers)
-            summary["world_foils"], summary["reference_foils"] = report.rendered, report.references
-            summary["reference_foil_counts"] = report.reference_counts
-            print(foil_table(f"{cfg.out} (specs)", report))
+            report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val, transform,
+                                   cfg.scenes, "specs", run.device, cfg.workers)
+            summary.update(announce(f"{cfg.out} (specs)", report))
         write_json(Path(cfg.out).with_suffix(".json"), {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary
