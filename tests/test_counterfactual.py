@@ -109,6 +109,7 @@ def test_scene_labels_name_every_object_with_its_facts(tiny_world):
         PER_CELL,
         PER_KIND,
         PLACES,
+        label_columns,
         scene_label,
     )
 
@@ -128,3 +129,6 @@ def test_scene_labels_name_every_object_with_its_facts(tiny_world):
         rest = label[len(KINDS) * len(PER_KIND):]
         assert BACKGROUNDS[int(rest[: len(BACKGROUNDS)].argmax())] == scene.background
         assert COUNTS[int(rest[len(BACKGROUNDS):].argmax())] == len(scene.objects)
+        kept = label[label_columns(["background"])]  # what `scene_label_groups: [background]` keeps
+        assert kept.tolist() == [float(b == scene.background) for b in BACKGROUNDS]
+    assert torch.equal(label_columns(["cells", "objects", "count", "background"]), torch.arange(LABELS))

@@ -357,7 +357,14 @@ def test_scene_labels_kept_through_the_contrastive_stage_continue_the_pretrainin
     assert [r["stage"] for r in clip] == ["clip"] * 3
     assert clip[0]["scene_labels"] < vision[0]["train_loss"] / 2 and clip[-1]["scene_labels"] < clip[0]["scene_labels"]
     assert set(load_file(str(out))) == set(load_open_clip(TINY_ARCH).model.state_dict())
+    background = tmp_path / "background.safetensors"  # the background's five bits alone: a far smaller loss
+    assert train_clip.main([*base, "--out", str(background), "--epochs", "2", "--set", "vision_pretrain_epochs=4",
+                            "--set", "lr=0.01", "--set", "scene_label_loss=1.0",
+                            "--set", "scene_label_groups=[background]"]) == 0
+    kept = [json.loads(line) for line in background.with_suffix(".metrics.jsonl").read_text().splitlines()][4:]
+    assert 0 < kept[0]["scene_labels"] < clip[0]["scene_labels"] / 10
     for settings, message in ((["--set", "scene_label_loss=1.0"], "set vision_pretrain_epochs"),
+                              (["--set", "scene_label_groups=[background,shapes]"], "unknown group 'shapes'"),
                               (["--set", "scene_label_loss=1.0", "--set", "vision_pretrain_epochs=1",
                                 "--set", "lock_image_tower=true"], "which lock_image_tower keeps"),
                               (["--set", "scene_label_loss=1.0", "--set", "vision_pretrain_epochs=1",

@@ -49,7 +49,13 @@ from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.grounding import Grounding
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
-from rewards.recipes.scene_labels import pretrain_on_scene_labels, scene_label_loss, scene_labels
+from rewards.recipes.scene_labels import (
+    LABEL_GROUPS,
+    label_columns,
+    pretrain_on_scene_labels,
+    scene_label_loss,
+    scene_labels,
+)
 from rewards.recipes.training import finished_summary, save_weights
 
 MAX_LOGIT_SCALE = math.log(100.0)
@@ -103,6 +109,10 @@ class TrainClipConfig(RecipeConfig):
         0.0, help="with vision_pretrain_epochs: weight of the scene labels kept through the contrastive stage (the "
         "pretraining head goes on reading the image embedding), so the image tower does not trade what in-batch "
         "captions rarely tell apart (the background, textures, sizes) for what they do (0: off)", at_least=0)
+    scene_label_groups: list[str] = option(
+        factory=lambda: list(LABEL_GROUPS), help="with scene_label_loss: the scene labels it keeps: objects (each "
+        "(shape, colour) held, with its size, texture and place), background, count, cells (each grid cell's "
+        "occupancy, shapes and colours)")
     relation_loss: float = option(
         0.0, help="weight of a loss that grounds relation phrases (\"a circle to the left of a star\", \"a red shape "
         "above a blue shape\") in the images where they hold, against the other relations of the image's own "
@@ -135,7 +145,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     head = pretrain_vision(run, model, train, loaded.preprocess, scenes, cfg) if cfg.vision_pretrain_epochs else None
     if cfg.lock_image_tower:
         lock(model.visual)
-    labels = scene_labels(train, scenes) if cfg.scene_label_loss else None
+    columns = label_columns(cfg.scene_label_groups)
+    kept = (scene_labels(train, scenes)[:, columns], columns, cfg.scene_label_loss) if cfg.scene_label_loss else None
     pair = PairEncoder.of_clip(model, head if cfg.scene_label_loss else None)
 
     def evaluate(epoch: int) -> dict:
@@ -145,7 +156,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
                   ((Grounding.shape_nouns, cfg.noun_loss), (Grounding.object_phrases, cfg.phrase_loss),
                    (Grounding.relation_phrases, cfg.relation_loss)) if weight]
     step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none",
-                   groundings=groundings, scene_labels=None if labels is None else (labels, cfg.scene_label_loss))
+                   groundings=groundings, scene_labels=kept)
     result = run.fit(pair, dataset, TextBatcher(tokenizer), step,
                      Stage("clip", cfg.epochs, cfg.lr, cfg.warmup_steps), clamp_logit_scale, evaluate)
     summary = {"out": cfg.out, "arch": cfg.arch, "val": result["record"], "truncated_captions": tokenizer.truncated}
@@ -261,10 +272,10 @@ def encode_pairs(model: torch.nn.Module, batch: dict, extra_tokens: Sequence[tor
 
 def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bool = False,
                      groundings: Sequence[tuple[Grounding, float]] = (),
-                     scene_labels: tuple[torch.Tensor, float] | None = None
+                     scene_labels: tuple[torch.Tensor, torch.Tensor, float] | None = None
                      ) -> tuple[torch.Tensor, dict[str, float]]:
-    """NegCLIP's loss, plus each grounding's and, with `scene_labels` ([train rows, labels], weight),
-    the scene-label loss of the pair's image head."""
+    """NegCLIP's loss, plus each grounding's and, with `scene_labels` ([train rows, kept labels], the kept
+    columns of the head's output, weight), the scene-label loss of the pair's image head on those labels."""
     encoded = encode_pairs(model, batch, [grounding.tokens for grounding, _ in groundings])
     caption_ids = gather_with_grad(batch["caption_ids"]) if mask_same_captions else None
     parts = {"negatives": float(encoded.mask[:, 1:].sum()) / len(encoded.mask)}
@@ -277,8 +288,9 @@ def contrastive_step(model: torch.nn.Module, batch: dict, mask_same_captions: bo
         parts[grounding.name] = term.item()
         loss = loss + weight * term
     if scene_labels is not None:
-        labels, weight = scene_labels
-        term = scene_label_loss(encoded.image_labels, labels[batch["rows"].cpu()].to(encoded.image_labels.device))
+        labels, columns, weight = scene_labels
+        logits = encoded.image_labels[:, columns.to(encoded.image_labels.device)]
+        term = scene_label_loss(logits, labels[batch["rows"].cpu()].to(logits.device))
         parts["scene_labels"] = term.item()
         loss = loss + weight * term
     return loss, parts
@@ -330,6 +342,10 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError("scene_label_loss keeps training the scene-label stage's head: set vision_pretrain_epochs")
     if cfg.scene_label_loss and cfg.lock_image_tower:
         raise ConfigError("scene_label_loss trains the image tower, which lock_image_tower keeps as it starts")
+    unknown = sorted(set(cfg.scene_label_groups) - set(LABEL_GROUPS))
+    if unknown or not cfg.scene_label_groups:
+        problem = f"unknown group {unknown[0]!r}" if unknown else "no group named"
+        raise ConfigError(f"scene_label_groups: {problem}; the groups are {', '.join(LABEL_GROUPS)}")
     if cfg.relation_loss and cfg.mirror != "none":
         raise ConfigError("relation_loss reads relations off the unflipped scenes; it cannot be used with mirror")
     if cfg.scene_label_loss and cfg.mirror != "none":

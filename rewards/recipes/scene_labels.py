@@ -44,6 +44,12 @@ PER_CELL = ["occupied", *lexicon.SHAPES, *lexicon.COLORS]
 PER_PLACE = [*lexicon.SHAPES, *lexicon.COLORS, *KINDS, *lexicon.SIZES, *lexicon.TEXTURES]  # of the tower's map
 CELLS_AT = len(KINDS) * len(PER_KIND) + len(BACKGROUNDS) + len(COUNTS)  # where the cell block starts
 LABELS = CELLS_AT + len(PLACES) * len(PER_CELL)
+_BACKGROUND_AT = len(KINDS) * len(PER_KIND)
+# The label vector's blocks, by the name a config gives them (`scene_label_groups`).
+LABEL_GROUPS = {"objects": range(0, _BACKGROUND_AT),
+                "background": range(_BACKGROUND_AT, _BACKGROUND_AT + len(BACKGROUNDS)),
+                "count": range(_BACKGROUND_AT + len(BACKGROUNDS), CELLS_AT),
+                "cells": range(CELLS_AT, LABELS)}
 
 
 def scene_label(scene: Scene) -> torch.Tensor:
@@ -53,7 +59,7 @@ def scene_label(scene: Scene) -> torch.Tensor:
         base = KINDS.index((obj.shape, obj.color)) * len(PER_KIND)
         for fact in ("present", obj.size, obj.texture, obj.place):
             label[base + PER_KIND.index(fact)] = 1.0
-    rest = len(KINDS) * len(PER_KIND)
+    rest = _BACKGROUND_AT
     label[rest + BACKGROUNDS.index(scene.background)] = 1.0
     if len(scene.objects) in COUNTS:
         label[rest + len(BACKGROUNDS) + COUNTS.index(len(scene.objects))] = 1.0
@@ -116,6 +122,11 @@ def scene_label_step(model: torch.nn.Module, batch: dict, map_weight: float = 0.
 def scene_label_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Binary cross-entropy summed over the labels, averaged over images."""
     return F.binary_cross_entropy_with_logits(logits.float(), targets, reduction="sum") / len(logits)
+
+
+def label_columns(groups: list[str]) -> torch.Tensor:
+    """The columns of the label vector that the named groups (LABEL_GROUPS) cover, in order."""
+    return torch.tensor([column for group in LABEL_GROUPS if group in groups for column in LABEL_GROUPS[group]])
 
 
 def scene_labels(split: Split, scenes: dict[int, Scene]) -> torch.Tensor:
