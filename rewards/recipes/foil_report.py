@@ -103,9 +103,9 @@ def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipToke
     for field, label in (("caption", "short"), ("long_caption", "long")):
         rows = [row for row, item in enumerate(items) if field in item]
         foils = [(row, foil) for row in rows for foil in items[row]["foils"] if field in foil]
-        texts = [prefix + items[row][field] for row in rows] + [prefix + foil[field] for _, foil in foils]
         if not foils:
             continue
+        texts = [prefix + items[row][field] for row in rows] + [prefix + foil[field] for _, foil in foils]
         embedded = embed_texts(encode_text, tokenizer, texts, device)
         truth = dict(zip(rows, embedded[: len(rows)], strict=True))
         right = dict(zip(rows, score(images[rows], embedded[: len(rows)]).tolist(), strict=True))

@@ -59,10 +59,9 @@ def scene_label(scene: Scene) -> torch.Tensor:
         base = KINDS.index((obj.shape, obj.color)) * len(PER_KIND)
         for fact in ("present", obj.size, obj.texture, obj.place):
             label[base + PER_KIND.index(fact)] = 1.0
-    rest = _BACKGROUND_AT
-    label[rest + BACKGROUNDS.index(scene.background)] = 1.0
+    label[LABEL_GROUPS["background"][BACKGROUNDS.index(scene.background)]] = 1.0
     if len(scene.objects) in COUNTS:
-        label[rest + len(BACKGROUNDS) + COUNTS.index(len(scene.objects))] = 1.0
+        label[LABEL_GROUPS["count"][COUNTS.index(len(scene.objects))]] = 1.0
     for obj in scene.objects:
         cell = CELLS_AT + PLACES.index(obj.place) * len(PER_CELL)
         for fact in ("occupied", obj.shape, obj.color):
