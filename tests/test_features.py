@@ -96,8 +96,11 @@ class NotWeights:
 
 def test_unsafe_or_mismatched_weights_are_refused(tmp_path):
     torch.save({"state_dict": {"w": torch.zeros(2)}, "extra": NotWeights()}, tmp_path / "pickle.pt")
-    with pytest.raises(DataError, match="cannot load weights safely"):
+    with pytest.raises(DataError, match="cannot load weights safely: it holds Python objects besides tensors"):
         load_state_dict_file(tmp_path / "pickle.pt")
+    (tmp_path / "results.pt").write_text('[{"image_id": 1}]')
+    with pytest.raises(DataError, match=r"results\.pt: cannot load weights safely: not a torch or safetensors"):
+        load_state_dict_file(tmp_path / "results.pt")
     torch.save({"visual.proj": torch.zeros(2), "bogus.key": torch.zeros(1)}, tmp_path / "partial.pt")
     from features.clip_models.open_clip_models import load_open_clip
 

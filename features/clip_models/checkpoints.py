@@ -28,10 +28,24 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
             state = load_file(str(path))
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, SafetensorError) as exc:
-        # weights_only refuses arbitrary pickles with UnpicklingError; corrupt files raise the others
+    except pickle.UnpicklingError:
+        # torch's own message advises weights_only=False, which is the one thing rlcap never does
+        raise DataError(f"{path}: cannot load weights safely: {_refusal_reason(path)}") from None
+    except (OSError, RuntimeError, ValueError, EOFError, SafetensorError) as exc:
         raise DataError(f"{path}: cannot load weights safely (weights_only / safetensors): {exc}") from None
     return unwrap_state_dict(state, path)
+
+
+TORCH_FILE_STARTS = (b"PK\x03\x04", b"\x80")  # torch.save's zip archive; the legacy pickle format
+
+
+def _refusal_reason(path: Path) -> str:
+    with path.open("rb") as handle:
+        start = handle.read(8)
+    if not start.startswith(TORCH_FILE_STARTS):
+        return f"not a torch or safetensors weights file (it starts with {start!r})"
+    return ("it holds Python objects besides tensors, which rlcap does not unpickle; save its "
+            "state_dict() with torch.save, or the tensors with safetensors")
 
 
 def unwrap_state_dict(state: object, path: str | Path = "<memory>") -> dict[str, torch.Tensor]:
