@@ -11,8 +11,8 @@ from PIL import Image
 from features.world import generate as world_cli
 from features.world import lexicon
 from features.world.generate import WorldConfig, generate
-from features.world.parse import attribute_errors, match_object, parse_caption
-from features.world.scene import Scene
+from features.world.parse import attribute_errors, contradictions, match_object, parse_caption
+from features.world.scene import Scene, WorldObject, place_name, relations_between
 
 
 def load_world(root):
@@ -134,3 +134,32 @@ def test_cli_skips_a_finished_world_and_rejects_bad_config(tmp_path, capsys):
 def test_parser_reads_free_text(text, expected):
     claims = parse_caption(text)
     assert [(m.color, m.shape, m.size, m.texture) for m in claims.mentions] == expected
+
+
+def _two_hexagons() -> Scene:
+    """A large black hexagon at the top left, a small yellow one at the bottom right, a star between."""
+    def obj(i, shape, color, size, texture, x, y):
+        return WorldObject(i, shape, color, size, texture, (x, y), 10.0, place_name(x, y, 64))
+    objects = [obj(0, "hexagon", "black", "large", "solid", 10.0, 10.0),
+               obj(1, "hexagon", "yellow", "small", "striped", 54.0, 54.0),
+               obj(2, "star", "red", "small", "solid", 32.0, 32.0)]
+    relations = [{"subject": a.id, "relation": r, "object": b.id} for a in objects for b in objects
+                 if a.id != b.id for r in relations_between(a, b, 64)]
+    return Scene(64, "gray", (128, 128, 128), objects, relations)
+
+
+@pytest.mark.parametrize("text,false_claims", [
+    ("a small hexagon", []),  # the yellow one; the black one is large
+    ("a large hexagon and a small hexagon", []),
+    ("a small striped hexagon", []),
+    ("a small solid hexagon", ["size of the black hexagon"]),  # no hexagon is both: one error either way
+    ("a large striped hexagon", ["texture of the black hexagon"]),  # the yellow one would be two
+    ("a hexagon above the star", []),  # the black one is
+    ("a small hexagon above the star", ["the yellow hexagon is not above the red star"]),
+    ("a hexagon in the bottom right corner", []),
+    ("a large hexagon in the bottom right corner", ["the black hexagon is not at bottom right"]),
+])
+def test_parser_reads_a_mention_as_any_object_its_words_fit(text, false_claims):
+    """Two objects of one shape: a mention without its colour names whichever one its other words fit,
+    and a claim about it is false only if it is false of every object it may name."""
+    assert contradictions(parse_caption(text), _two_hexagons()) == false_claims

@@ -181,11 +181,22 @@ def _background(tokens: list[str]) -> str | None:
 
 
 def match_object(mention: Mention, scene: Scene) -> WorldObject | None:
-    """The scene object a mention names: same shape and (when stated) same colour."""
-    for obj in scene.objects:
-        if obj.shape == mention.shape and mention.color in (None, obj.color):
-            return obj
-    return None
+    """The scene object a mention names: same shape and (when stated) same colour, and of those the
+    first whose size and texture agree best with the mention's words ("a small hexagon" in a scene of
+    a large and a small hexagon is the small one)."""
+    candidates = _candidates(mention, scene)
+    return min(candidates, key=lambda obj: len(attribute_errors(mention, obj)), default=None)
+
+
+def _candidates(mention: Mention, scene: Scene) -> list[WorldObject]:
+    return [obj for obj in scene.objects if obj.shape == mention.shape and mention.color in (None, obj.color)]
+
+
+def _readings(mention: Mention, scene: Scene) -> list[WorldObject]:
+    """Every object the mention may name: those that agree with all its words, else (its attribute
+    errors reported) every object of its shape and colour."""
+    candidates = _candidates(mention, scene)
+    return [obj for obj in candidates if not attribute_errors(mention, obj)] or candidates
 
 
 def attribute_errors(mention: Mention, obj: WorldObject) -> list[str]:
@@ -208,14 +219,16 @@ def contradictions(claims: CaptionClaims, scene: Scene) -> list[str]:
             wrong.append(f"no {mention.color or ''} {mention.shape}".replace("  ", " "))
         else:
             wrong += [f"{kind} of the {obj.color} {obj.shape}" for kind in attribute_errors(mention, obj)]
-    for subject, relation, other in claims.relations:
-        a, b = matched[subject], matched[other]
-        if a is not None and b is not None and scene.holds(a.id, lexicon.INVERSE[relation], b.id):
+    readings = [_readings(m, scene) for m in claims.mentions]
+    for subject, relation, other in claims.relations:  # false only if false of every reading of the two
+        pairs = [(a, b) for a in readings[subject] for b in readings[other] if a.id != b.id]
+        if pairs and all(scene.holds(a.id, lexicon.INVERSE[relation], b.id) for a, b in pairs):
+            a, b = pairs[0]
             wrong.append(f"the {a.color} {a.shape} is not {relation} the {b.color} {b.shape}")
     for mention, place, _, _ in claims.places:
-        obj = matched[mention]
-        if obj is not None and obj.place != place:
-            wrong.append(f"the {obj.color} {obj.shape} is not at {place}")
+        objs = readings[mention]
+        if objs and all(obj.place != place for obj in objs):
+            wrong.append(f"the {objs[0].color} {objs[0].shape} is not at {place}")
     if claims.count is not None and claims.count != len(scene.objects):
         wrong.append(f"{len(scene.objects)} objects, not {claims.count}")
     if claims.background is not None and claims.background != scene.background:
