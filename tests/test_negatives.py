@@ -65,3 +65,21 @@ def test_a_negative_changes_one_fact_and_keeps_the_wording(tiny_world):
                     changed = sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in edits if op != "equal")
                 assert changed <= 6, (text, negative.text)
             assert negative.text[0].isupper() == text[0].isupper()  # casing kept: no shortcut for the model
+
+
+def test_a_caption_already_false_gets_negatives_false_in_a_new_way(tiny_world):
+    """A model caption may be false already (here: an object put in a corner it is not in): each of its
+    negatives must add a contradiction of its own, so an edit that changes nothing true is no negative."""
+    rng = random.Random(3)
+    checked = 0
+    for _, scene in list(_captions(tiny_world))[:60]:
+        obj = scene.objects[0]
+        wrong_place = next(p for p in ("top left", "bottom right") if p != obj.place)
+        text = f"a {obj.size} {obj.color} {obj.shape} in the {wrong_place} corner"
+        already = contradictions(parse_caption(text), scene)
+        assert already, text
+        for negative in hard_negatives(text, scene, rng, count=len(KINDS)):
+            new = [claim for claim in contradictions(parse_caption(negative.text), scene) if claim not in already]
+            assert new and negative.why == new, (text, negative.text)
+            checked += 1
+    assert checked > 60

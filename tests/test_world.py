@@ -136,6 +136,17 @@ def test_parser_reads_free_text(text, expected):
     assert [(m.color, m.shape, m.size, m.texture) for m in claims.mentions] == expected
 
 
+@pytest.mark.parametrize("text,relations,places", [
+    ("a red circle on the left of a blue square", [(0, "left of", 1)], []),  # against the square, not the image
+    ("a red star on the left of the image", [], [(0, "left")]),
+    ("a red star in the top right corner of the picture", [], [(0, "top right")]),
+    ("a red star on the right", [], [(0, "right")]),
+])
+def test_parser_tells_a_place_in_the_image_from_one_against_an_object(text, relations, places):
+    claims = parse_caption(text)
+    assert claims.relations == relations and [(m, p) for m, p, _, _ in claims.places] == places
+
+
 def _two_hexagons() -> Scene:
     """A large black hexagon at the top left, a small yellow one at the bottom right, a star between."""
     def obj(i, shape, color, size, texture, x, y):

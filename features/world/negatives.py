@@ -66,6 +66,7 @@ def hard_negatives(text: str, scene: Scene, rng: random.Random, count: int = 3,
     """Up to `count` negatives of distinct kinds (chosen at random among those the caption allows)."""
     words = _Words(text)
     claims = parse_tokens(words.tokens)
+    already = set(contradictions(claims, scene))  # a caption may be false already (or misread): the edit must add one
     candidates = [kind for kind in kinds if kind in _BUILDERS]
     rng.shuffle(candidates)
     found = []
@@ -73,7 +74,7 @@ def hard_negatives(text: str, scene: Scene, rng: random.Random, count: int = 3,
         edited = _BUILDERS[kind](words, claims, scene, rng)
         if edited is None or edited == text:
             continue
-        why = contradictions(parse_tokens(_Words(edited).tokens), scene)
+        why = [claim for claim in contradictions(parse_tokens(_Words(edited).tokens), scene) if claim not in already]
         if why:
             found.append(Negative(kind, edited, why))
         if len(found) == count:

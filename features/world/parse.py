@@ -95,7 +95,10 @@ _PLACES_BY_FIRST = _by_first_word(_PLACE_PATTERNS)
 
 
 def _places(tokens: list[str], mentions: list[Mention]) -> list[tuple[int, str, int, int]]:
-    """A place phrase belongs to the last mention before it, when no other mention comes between."""
+    """A place phrase belongs to the last mention before it, when no other mention comes between. One
+    that goes on to name an object ("on the left of a blue square") places it against that object,
+    not in the image: it is no place claim (a relation phrase, where the world has one)."""
+    starts = {m.start for m in mentions}
     found = []
     i = 0
     while i < len(tokens):
@@ -104,11 +107,22 @@ def _places(tokens: list[str], mentions: list[Mention]) -> list[tuple[int, str, 
             i += 1
             continue
         phrase, name = match
+        end = i + len(phrase)
         owner = max((k for k, m in enumerate(mentions) if m.end <= i), default=None, key=lambda k: mentions[k].end)
-        if owner is not None:
-            found.append((owner, name, i, i + len(phrase)))
-        i += len(phrase)
+        if owner is not None and not _names_an_object_after(tokens, end, starts):
+            found.append((owner, name, i, end))
+        i = end
     return found
+
+
+def _names_an_object_after(tokens: list[str], end: int, mention_starts: set[int]) -> bool:
+    """tokens[end:] reads "of [articles] <a mention>"."""
+    if end >= len(tokens) or tokens[end] != "of":
+        return False
+    k = end + 1
+    while k < len(tokens) and tokens[k] in _ARTICLES:
+        k += 1
+    return k in mention_starts
 
 
 def _mentions(tokens: list[str]) -> list[Mention]:
