@@ -63,7 +63,9 @@ def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
                              ("vision_map_labels=1.0", "set vision_pretrain_epochs too"),
                              ("phrase_loss=1.0", "phrase_loss needs 'scenes'"),
                              ("noun_loss=1.0", "noun_loss needs 'scenes'"),
-                             ("relation_loss=1.0", "relation_loss needs 'scenes'")):
+                             ("relation_loss=1.0", "relation_loss needs 'scenes'"),
+                             ("phrase_attributes=[size,pattern,shape]", "phrase_attributes: unknown ['pattern']"),
+                             ("phrase_attributes=[size,color]", "phrase_attributes: shape is missing")):
         assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                                 "--out", str(tmp_path / "x.safetensors"), "--set", setting]) == 2, setting
         assert message in capsys.readouterr().err
@@ -273,6 +275,13 @@ def test_phrase_targets_are_the_phrases_the_world_parser_finds_true_of_the_scene
         assert on == true and len(on) == len({(o.size, o.color, o.texture, o.shape) for o in scene.objects})
         torch.testing.assert_close(grounding.targets[row][grounding.targets[row] > 0],
                                    torch.full((len(on),), 1 / len(on)))
+    sized = Grounding.object_phrases(split, scenes, ClipTokenizer(77), attributes=["shape", "size"])
+    assert sized.words[:2] == ["a small circle", "a small square"] and len(sized.words) == 2 * 7
+    sized_claims = [parse_caption(text) for text in sized.words]
+    for row, image_id in enumerate(split.image_ids):
+        scene = scenes[image_id]
+        true = {text for text, c in zip(sized.words, sized_claims, strict=True) if not contradictions(c, scene)}
+        assert true == {text for text, weight in zip(sized.words, sized.targets[row].tolist(), strict=True) if weight}
 
 
 def test_relation_targets_are_the_relations_the_world_parser_finds_true_of_the_scene(tiny_world):

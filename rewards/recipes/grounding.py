@@ -8,9 +8,10 @@ texts true of its scene (from scenes.json):
   captions only meets whole sentences, so a bare noun's cosine says more about the word than about
   the image (docs/reward_models.md: an absent "square" outscored a present "circle").
 - **Object phrases** (`phrase_loss`): "a small red striped circle", one for every combination of
-  size, colour, texture and shape (canonical words). An object's phrase must beat the phrases that
-  differ from it in one attribute, which is what a changed fact does to a caption; in-batch captions
-  rarely differ from each other that way, so the contrastive loss alone says little about it.
+  size, colour, texture and shape (canonical words; `phrase_attributes` can leave out all but the
+  shape). An object's phrase must beat the phrases that differ from it in one attribute, which is what
+  a changed fact does to a caption; in-batch captions rarely differ from each other that way, so the
+  contrastive loss alone says little about it.
 - **Relation phrases** (`relation_loss`): "a circle to the left of a star" and "a red shape to the
   left of a blue shape", for every two shapes (colours) and relation. The softmax runs only over the
   phrases that name two of the image's own shapes (colours), so a true phrase competes with its
@@ -34,6 +35,10 @@ from features.world.scene import Scene, WorldObject
 from plumbing.errors import DataError
 from rewards.recipes.data import Split
 
+PHRASE_ATTRIBUTES = ("size", "color", "texture", "shape")  # an object phrase's words, in the captions' order
+_ATTRIBUTE_VALUES = {"size": tuple(lexicon.SIZES), "color": tuple(lexicon.COLORS), "texture": lexicon.TEXTURES,
+                     "shape": tuple(lexicon.SHAPES)}
+
 
 @dataclass
 class Grounding:
@@ -50,10 +55,13 @@ class Grounding:
                           _each_object(lambda obj: obj.shape), split, scenes, tokenizer)
 
     @classmethod
-    def object_phrases(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer) -> Grounding:
-        combos = list(itertools.product(lexicon.SIZES, lexicon.COLORS, lexicon.TEXTURES, lexicon.SHAPES))
+    def object_phrases(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer,
+                       attributes: Sequence[str] = PHRASE_ATTRIBUTES) -> Grounding:
+        """`attributes`: which of PHRASE_ATTRIBUTES the phrases name, in that order ("shape" always)."""
+        named = [name for name in PHRASE_ATTRIBUTES if name in attributes]
+        combos = list(itertools.product(*(_ATTRIBUTE_VALUES[name] for name in named)))
         return cls._build("phrase_loss", [f"a {' '.join(combo)}" for combo in combos], combos,
-                          _each_object(lambda obj: (obj.size, obj.color, obj.texture, obj.shape)),
+                          _each_object(lambda obj: tuple(getattr(obj, name) for name in named)),
                           split, scenes, tokenizer)
 
     @classmethod
