@@ -198,19 +198,19 @@ def match_object(mention: Mention, scene: Scene) -> WorldObject | None:
     """The scene object a mention names: same shape and (when stated) same colour, and of those the
     first whose size and texture agree best with the mention's words ("a small hexagon" in a scene of
     a large and a small hexagon is the small one)."""
-    candidates = _candidates(mention, scene)
-    return min(candidates, key=lambda obj: len(attribute_errors(mention, obj)), default=None)
-
-
-def _candidates(mention: Mention, scene: Scene) -> list[WorldObject]:
-    return [obj for obj in scene.objects if obj.shape == mention.shape and mention.color in (None, obj.color)]
+    return _closest(mention, _readings(mention, scene))
 
 
 def _readings(mention: Mention, scene: Scene) -> list[WorldObject]:
-    """Every object the mention may name: those that agree with all its words, else (its attribute
-    errors reported) every object of its shape and colour."""
-    candidates = _candidates(mention, scene)
+    """Every object the mention may name: those of its shape and (when stated) colour that agree with
+    all its words, else (its attribute errors reported) every object of its shape and colour."""
+    candidates = [obj for obj in scene.objects if obj.shape == mention.shape and mention.color in (None, obj.color)]
     return [obj for obj in candidates if not attribute_errors(mention, obj)] or candidates
+
+
+def _closest(mention: Mention, readings: list[WorldObject]) -> WorldObject | None:
+    """Of a mention's readings, the first with the fewest attribute errors (None: it names nothing)."""
+    return min(readings, key=lambda obj: len(attribute_errors(mention, obj)), default=None)
 
 
 def attribute_errors(mention: Mention, obj: WorldObject) -> list[str]:
@@ -227,13 +227,13 @@ def contradictions(claims: CaptionClaims, scene: Scene) -> list[str]:
     """Every claim the scene contradicts: a named object it lacks, a wrong size or texture, a
     relation whose inverse holds, a wrong place, count or background. [] for a true caption."""
     wrong = []
-    matched = [match_object(m, scene) for m in claims.mentions]
+    readings = [_readings(m, scene) for m in claims.mentions]
+    matched = [_closest(m, objs) for m, objs in zip(claims.mentions, readings, strict=True)]
     for mention, obj in zip(claims.mentions, matched, strict=True):
         if obj is None:
             wrong.append(f"no {mention.color or ''} {mention.shape}".replace("  ", " "))
         else:
             wrong += [f"{kind} of the {obj.color} {obj.shape}" for kind in attribute_errors(mention, obj)]
-    readings = [_readings(m, scene) for m in claims.mentions]
     for subject, relation, other in claims.relations:  # false only if false of every reading of the two
         pairs = [(a, b) for a in readings[subject] for b in readings[other] if a.id != b.id]
         if pairs and all(scene.holds(a.id, lexicon.INVERSE[relation], b.id) for a, b in pairs):
