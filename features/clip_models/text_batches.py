@@ -111,9 +111,10 @@ class _SharedForward:
                   for rows, _ in length_groups(torch.tensor([len(p.ids) for p in self.packed]))]
         outputs, order = [], []
         for group, x in zip(groups, self._embed(groups), strict=True):
-            segments, positions, starts = (_padded([getattr(p, name) for p in group], x.shape[1])
+            # the [n, T, T] mask is built where it is used: on a GPU the host only sends [n, T] rows
+            segments, positions, starts = (_padded([getattr(p, name) for p in group], x.shape[1]).to(self.device)
                                            for name in ("segments", "positions", "starts"))
-            mask = _tree_mask(segments, positions, starts).to(self.device)
+            mask = _tree_mask(segments, positions, starts)
             for block in self.model.transformer.resblocks:
                 q, k, v = _qkv(block, x)
                 x = _finish_block(block, x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
@@ -186,7 +187,7 @@ def _padded(rows: list[torch.Tensor], longest: int) -> torch.Tensor:
 def _tree_mask(segments: torch.Tensor, positions: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
     """[n, 1, T, T]: token a sees token b of its own text at or before it, and the root's tokens
     before a's shared length; padding (segment -1) sees only padding, so no softmax row is empty."""
-    index = torch.arange(segments.shape[1]).expand_as(segments)
+    index = torch.arange(segments.shape[1], device=segments.device).expand_as(segments)
     padding = segments < 0
     positions = torch.where(padding, index, positions)
     starts = torch.where(padding, 0, starts)
