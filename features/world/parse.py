@@ -198,19 +198,22 @@ def match_object(mention: Mention, scene: Scene) -> WorldObject | None:
     """The scene object a mention names: same shape and (when stated) same colour, and of those the
     first whose size and texture agree best with the mention's words ("a small hexagon" in a scene of
     a large and a small hexagon is the small one)."""
-    return _closest(mention, _readings(mention, scene))
+    closest = _closest(_readings(mention, scene))
+    return None if closest is None else closest[0]
 
 
-def _readings(mention: Mention, scene: Scene) -> list[WorldObject]:
-    """Every object the mention may name: those of its shape and (when stated) colour that agree with
-    all its words, else (its attribute errors reported) every object of its shape and colour."""
-    candidates = [obj for obj in scene.objects if obj.shape == mention.shape and mention.color in (None, obj.color)]
-    return [obj for obj in candidates if not attribute_errors(mention, obj)] or candidates
+def _readings(mention: Mention, scene: Scene) -> list[tuple[WorldObject, list[str]]]:
+    """Every object the mention may name, with its attribute errors (each computed once), in scene
+    order: those of its shape and (when stated) colour that agree with all its words, else every
+    object of its shape and colour."""
+    candidates = [(obj, attribute_errors(mention, obj)) for obj in scene.objects
+                  if obj.shape == mention.shape and mention.color in (None, obj.color)]
+    return [reading for reading in candidates if not reading[1]] or candidates
 
 
-def _closest(mention: Mention, readings: list[WorldObject]) -> WorldObject | None:
+def _closest(readings: list[tuple[WorldObject, list[str]]]) -> tuple[WorldObject, list[str]] | None:
     """Of a mention's readings, the first with the fewest attribute errors (None: it names nothing)."""
-    return min(readings, key=lambda obj: len(attribute_errors(mention, obj)), default=None)
+    return min(readings, key=lambda reading: len(reading[1]), default=None)
 
 
 def attribute_errors(mention: Mention, obj: WorldObject) -> list[str]:
@@ -228,19 +231,20 @@ def contradictions(claims: CaptionClaims, scene: Scene) -> list[str]:
     relation whose inverse holds, a wrong place, count or background. [] for a true caption."""
     wrong = []
     readings = [_readings(m, scene) for m in claims.mentions]
-    matched = [_closest(m, objs) for m, objs in zip(claims.mentions, readings, strict=True)]
-    for mention, obj in zip(claims.mentions, matched, strict=True):
-        if obj is None:
+    for mention, closest in zip(claims.mentions, map(_closest, readings), strict=True):
+        if closest is None:
             wrong.append(f"no {mention.color or ''} {mention.shape}".replace("  ", " "))
         else:
-            wrong += [f"{kind} of the {obj.color} {obj.shape}" for kind in attribute_errors(mention, obj)]
+            obj, errors = closest
+            wrong += [f"{kind} of the {obj.color} {obj.shape}" for kind in errors]
+    objects = [[obj for obj, _ in named] for named in readings]
     for subject, relation, other in claims.relations:  # false only if false of every reading of the two
-        pairs = [(a, b) for a in readings[subject] for b in readings[other] if a.id != b.id]
+        pairs = [(a, b) for a in objects[subject] for b in objects[other] if a.id != b.id]
         if pairs and all(scene.holds(a.id, lexicon.INVERSE[relation], b.id) for a, b in pairs):
             a, b = pairs[0]
             wrong.append(f"the {a.color} {a.shape} is not {relation} the {b.color} {b.shape}")
     for mention, place, _, _ in claims.places:
-        objs = readings[mention]
+        objs = objects[mention]
         if objs and all(obj.place != place for obj in objs):
             wrong.append(f"the {objs[0].color} {objs[0].shape} is not at {place}")
     if claims.count is not None and claims.count != len(scene.objects):
