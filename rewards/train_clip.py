@@ -1,7 +1,9 @@
 """`python -m rewards.train_clip --config configs/reward_models/world_clip.yaml`
 
 Train a CLIP (any open_clip architecture) contrastively on a Karpathy-format dataset's images and
-captions, optionally with hard text negatives (`negatives: world`); prints val R@1 (image->text,
+captions, optionally with hard text negatives (`negatives: world`) and then a text stage that
+teaches the text tower spatial relations against the frozen image tower (`text_*_epochs`; with
+`epochs: 0` alone on `init`'s weights); prints val R@1 (image->text,
 text->image) against chance each epoch, writes an open_clip state dict (.safetensors) and, on the
 offline world, ends with its world-foil accuracy per kind. Streams the images; runs on one or
 many processes (`accelerate launch -m rewards.train_clip ...`); an interrupted run resumes from

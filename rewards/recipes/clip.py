@@ -56,7 +56,8 @@ from rewards.recipes.scene_labels import (
     scene_label_loss,
     scene_labels,
 )
-from rewards.recipes.training import finished_summary, save_weights
+from rewards.recipes.text_stage import TextStagePlan, read_relations
+from rewards.recipes.training import finished_summary, lock, save_weights
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -116,6 +117,27 @@ class TrainClipConfig(RecipeConfig):
         factory=lambda: list(LABEL_GROUPS), help="with scene_label_loss: the scene labels it keeps: objects (each "
         "(shape, colour) held, with its size, texture and place), background, count, cells (each grid cell's "
         "occupancy, shapes and colours)")
+    epochs: int = option(10, help="contrastive epochs (0: none, for a text stage alone on `init`'s weights)",
+                         at_least=0)
+    text_roles_epochs: int = option(
+        0, help="text stage, after the contrastive stage, image tower and temperature frozen (rewards/recipes/"
+        "text_stage.py): epochs over the train scenes' relation facts in which a head on the text embedding "
+        "reads which relation each named colour and shape stands in; needs `scenes` (0: off)", at_least=0)
+    text_pairs_epochs: int = option(
+        0, help="text stage: epochs over the relation facts on `text_pairs_axes` in which each fact's statement "
+        "must beat the same words with the inverse relation against the image (roles kept on; 0: off)", at_least=0)
+    text_negclip_epochs: int = option(
+        0, help="text stage: epochs of NegCLIP on the captions and their hard negatives against the frozen image "
+        "embeddings, two of each image's relation pairs and their roles kept on (0: off)", at_least=0)
+    text_pairs_axes: list[str] = option(factory=lambda: ["horizontal", "vertical"], help="text stage: the axes "
+                                        "whose relations the pairs phase states (the roles and negclip phases: all)")
+    text_batch_size: int = option(256, help="text stage: statements per step of the roles and pairs phases (the "
+                                  "negclip phase takes batch_size images)", at_least=2)
+    text_lr: float = option(5e-4, help="text stage: peak learning rate of each phase (cosine to 0, no warmup)",
+                            above=0)
+    text_long_statements: float = option(
+        0.0, help="text stage: the share of relation statements worded as the long captions word them (\"A big red "
+        "disc with a striped pattern. It is above the small blue star.\"); the rest as short captions", at_least=0)
     relation_loss: float = option(
         0.0, help="weight of a loss that grounds relation phrases (\"a circle to the left of a star\", \"a red shape "
         "above a blue shape\") in the images where they hold, against the other relations of the image's own "
@@ -161,9 +183,14 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
                    (Grounding.relation_phrases, cfg.relation_loss)) if weight]
     step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none",
                    groundings=groundings, scene_labels=kept)
-    result = run.fit(pair, dataset, TextBatcher(tokenizer), step,
-                     Stage("clip", cfg.epochs, cfg.lr, cfg.warmup_steps), clamp_logit_scale, evaluate)
-    summary = {"out": cfg.out, "arch": cfg.arch, "val": result["record"], "truncated_captions": tokenizer.truncated}
+    record = run.fit(pair, dataset, TextBatcher(tokenizer), step, Stage("clip", cfg.epochs, cfg.lr, cfg.warmup_steps),
+                     clamp_logit_scale, evaluate)["record"] if cfg.epochs else {}
+    if (plan := text_stage_plan(cfg, train)).epochs:
+        record = {**record, **read_relations(run, model, train, loaded.preprocess, scenes, tokenizer, plan, cfg.seed)}
+        if run.is_main:
+            record.update(evaluate(0))
+        model.eval()  # the retrieval report leaves the model training
+    summary = {"out": cfg.out, "arch": cfg.arch, "val": record, "truncated_captions": tokenizer.truncated}
     if run.is_main:
         save_weights(model, cfg.out)
         if cfg.scenes:
@@ -173,6 +200,13 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary
+
+
+def text_stage_plan(cfg: TrainClipConfig, train: Split) -> TextStagePlan:
+    hard = cfg.hard_negatives if cfg.negatives == "world" else 0
+    return TextStagePlan(cfg.text_roles_epochs, cfg.text_pairs_epochs, cfg.text_negclip_epochs, cfg.text_batch_size,
+                         cfg.text_lr, tuple(cfg.text_pairs_axes), cfg.text_long_statements, train.pool(cfg.captions),
+                         hard, tuple(cfg.negative_kinds))
 
 
 def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, scenes: dict[int, Scene],
@@ -185,15 +219,6 @@ def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transf
                           "(open_clip's ResNet and ViT towers have one)")
     return pretrain_on_scene_labels(run, model.visual, width, train, transform, scenes, cfg.vision_pretrain_epochs,
                                     cfg.vision_map_labels)
-
-
-def lock(tower: torch.nn.Module) -> None:
-    """No gradients, and batch norms that stop tracking (their running statistics and batch count
-    stay, and eval still uses them): the tower comes out of training exactly as it went in."""
-    tower.requires_grad_(False)
-    for module in tower.modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            module.track_running_stats = False
 
 
 def widen_pool_positions(model: torch.nn.Module, std: float, seed: int) -> None:
@@ -354,6 +379,14 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError("relation_loss reads relations off the unflipped scenes; it cannot be used with mirror")
     if cfg.scene_label_loss and cfg.mirror != "none":
         raise ConfigError("scene_label_loss reads places off the unflipped scenes; it cannot be used with mirror")
+    text_stage = cfg.text_roles_epochs + cfg.text_pairs_epochs + cfg.text_negclip_epochs
+    if text_stage and not cfg.scenes:
+        raise ConfigError("the text stage (text_*_epochs) states the scenes' relations: it needs 'scenes'")
+    if cfg.text_long_statements > 1:
+        raise ConfigError(f"text_long_statements is a share of the statements, at most 1: {cfg.text_long_statements}")
+    if not cfg.epochs and not (text_stage and cfg.init):
+        raise ConfigError("epochs: 0 trains no contrastive stage; it is for a text stage (text_*_epochs) on the "
+                          "weights of 'init'")
     if cfg.image_negatives == "world" and not cfg.scenes:
         raise ConfigError("image_negatives: world needs 'scenes' (the world's scenes.json)")
     if cfg.lock_image_tower and not (cfg.init or cfg.vision_pretrain_epochs):
@@ -361,7 +394,8 @@ def _validate(cfg: TrainClipConfig) -> None:
                           "'init' (trained weights) or vision_pretrain_epochs")
     if cfg.pool_position_std is not None and cfg.init:
         raise ConfigError("pool_position_std redraws weights a pretrained model has learned; use it without 'init'")
-    for key, known in (("mirror_axes", AXES), ("negative_kinds", KINDS), ("phrase_attributes", PHRASE_ATTRIBUTES)):
+    for key, known in (("mirror_axes", AXES), ("negative_kinds", KINDS), ("phrase_attributes", PHRASE_ATTRIBUTES),
+                       ("text_pairs_axes", AXES)):
         if unknown := sorted(set(getattr(cfg, key)) - set(known)):
             raise ConfigError(f"{key}: unknown {unknown}; known: {', '.join(known)}")
     if cfg.mirror != "none" and not cfg.mirror_axes:

@@ -141,6 +141,7 @@ class Stage:
     lr: float
     warmup_steps: int
     schedule: Schedule = "cosine"
+    batch_size: int | None = None  # items per step over all processes (None: the recipe's batch_size)
 
 
 class RecipeRun:
@@ -192,7 +193,8 @@ class RecipeRun:
         if first >= stage.epochs:  # finished before an interruption: its weights, no training
             load_model(model, str(self._stage_dir(stage.name) / "model.safetensors"))
             return {"model": model.to(self.device).eval(), "record": {}}
-        loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=len(dataset) > cfg.batch_size,
+        batch_size = stage.batch_size or cfg.batch_size
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=len(dataset) > batch_size,
                             num_workers=cfg.workers, collate_fn=collate, persistent_workers=cfg.workers > 0,
                             generator=torch.Generator().manual_seed(cfg.seed))
         steps = max(1, len(loader) // cfg.accumulation_steps) * stage.epochs

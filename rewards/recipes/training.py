@@ -1,5 +1,5 @@
-"""Pieces the reward-model recipes share besides their loop (rewards.recipes.loop): CLIP's
-no-decay parameter groups, trimming a resumed run's log, atomic weight files, and the check that
+"""Pieces the reward-model recipes share besides their loop (rewards.recipes.loop): locking a tower,
+CLIP's no-decay parameter groups, trimming a resumed run's log, atomic weight files, and the check that
 a finished output was trained with the settings asked for."""
 
 from __future__ import annotations
@@ -37,6 +37,15 @@ def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None
     if progress:
         print(f"{out} is already trained ({summary_path}); nothing to do")
     return {**summary, "skipped": True}
+
+
+def lock(tower: torch.nn.Module) -> None:
+    """No gradients, and batch norms that stop tracking (their running statistics and batch count
+    stay, and eval still uses them): the tower comes out of training exactly as it went in."""
+    tower.requires_grad_(False)
+    for module in tower.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.track_running_stats = False
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:

@@ -1,0 +1,355 @@
+"""A text stage after train_clip's contrastive stage: the text tower learns to read spatial
+relations against the image tower it was trained with, held frozen (docs/reward_models.md, "The text
+stage in `train_clip`").
+
+A contrastive stage leaves relation words nearly unread: captions of one image that differ only in
+"above" / "below" embed almost alike, whatever the image holds. Three phases follow it, each a stage
+of the recipe loop (resumable at its epochs' ends), all on the train split's scenes:
+
+1. **roles** (`text_roles_epochs`): from a relation statement alone ("a red disc above a blue star"),
+   a linear head on the text embedding predicts which relation each named colour and shape stands in
+   (the subject's names take the relation, the object's its inverse). A text-only task that makes the
+   tower keep who is above whom; without it the pairs below stayed at chance far longer (docs).
+2. **pairs** (`text_pairs_epochs`): a statement about two of the image's objects against the same
+   words with the inverse relation, both against the image's frozen embedding (centred on the train
+   images' mean, so what all images share does not drown the difference): the true one must score
+   higher. A share of the statements (`text_long_statements`; none by default) takes the long
+   captions' wording. The roles stay on.
+3. **negclip** (`text_negclip_epochs`): each image's caption with its world hard negatives, NegCLIP
+   against the frozen embeddings, so the tower keeps reading everything else; two of the image's own
+   relation pairs and their roles stay on beside it.
+
+Every statement names the objects by colour and shape; facts between two objects that look alike
+(the same colour and shape) are left out, since a statement about them is true both ways round.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from features.clip_models.text_batches import PrefixTree, prefix_tree
+from features.clip_models.tokens import ClipTokenizer
+from features.world import lexicon
+from features.world.negatives import hard_negatives
+from features.world.scene import Scene, WorldObject
+from plumbing.errors import DataError
+from rewards.recipes.contrastive import gather_with_grad, negclip_loss
+from rewards.recipes.data import Split, embed_split_images, pick
+from rewards.recipes.loop import PairEncoder, RecipeRun, Stage
+from rewards.recipes.training import lock
+
+AXIS_RELATIONS = {"horizontal": ("left of", "right of"), "vertical": ("above", "below")}
+ROLE_NAMES = (*lexicon.COLORS, *lexicon.SHAPES)  # what a statement names an object by
+ROLE_SLOT = {name: k for k, name in enumerate(ROLE_NAMES)}
+LEADS = ("", "", "a picture of ", "there is ", "an image of ")  # half the statements open plainly
+PAIRS_PER_IMAGE = 2  # relation pairs beside each image's caption in the negclip phase
+
+
+class RelationFact(NamedTuple):
+    row: int  # the image's row in the train split
+    subject: WorldObject
+    relation: str
+    object: WorldObject
+    others: tuple[WorldObject, ...]  # the scene's other objects
+
+
+def relation_facts(split: Split, scenes: dict[int, Scene], relations: Sequence[str] = lexicon.RELATIONS
+                   ) -> list[RelationFact]:
+    """Every relation the split's scenes record whose two objects a statement can tell apart."""
+    facts = []
+    for row, image_id in enumerate(split.image_ids):
+        if image_id not in scenes:
+            raise DataError(f"text stage: image id {image_id} of the train split has no scene in `scenes`")
+        scene = scenes[image_id]
+        objects = {obj.id: obj for obj in scene.objects}
+        for fact in scene.relations:
+            subject, obj = objects[fact["subject"]], objects[fact["object"]]
+            if fact["relation"] in relations and (subject.color, subject.shape) != (obj.color, obj.shape):
+                others = tuple(o for o in scene.objects if o.id not in (subject.id, obj.id))
+                facts.append(RelationFact(row, subject, fact["relation"], obj, others))
+    return facts
+
+
+def roles(fact: RelationFact) -> torch.Tensor:
+    """[names x relations] flattened: 1 where a name stands in that relation in the fact."""
+    target = torch.zeros(len(ROLE_NAMES), len(lexicon.RELATIONS))
+    for names, relation in (((fact.subject.color, fact.subject.shape), fact.relation),
+                            ((fact.object.color, fact.object.shape), lexicon.INVERSE[fact.relation])):
+        for name in names:
+            target[ROLE_SLOT[name], lexicon.RELATIONS.index(relation)] = 1.0
+    return target.flatten()
+
+
+def statement_pair(fact: RelationFact, rng: random.Random, long_rate: float) -> tuple[str, str]:
+    """The fact stated, and the same words with the inverse relation (false of the scene)."""
+    if rng.random() < long_rate:
+        opening = f"{_article(_long_words(fact.subject, rng)).capitalize()} {_texture_unit(fact.subject, rng)}. It is "
+        closing = f" the {_long_words(fact.object, rng)}."
+    else:
+        lead = rng.choice(LEADS)
+        opening = f"{lead}{_article(_short_words(fact.subject, rng))} "
+        closing = f" {_article(_short_words(fact.object, rng))}"
+        if fact.others and lead and rng.random() < 0.5:
+            closing += " and " + ", ".join(_article(_short_words(o, rng)) for o in fact.others)
+    true, false = fact.relation, lexicon.INVERSE[fact.relation]
+    return (f"{opening}{rng.choice(lexicon.RELATION_PHRASES[true])}{closing}",
+            f"{opening}{rng.choice(lexicon.RELATION_PHRASES[false])}{closing}")
+
+
+def _short_words(obj: WorldObject, rng: random.Random) -> str:
+    color = lexicon.COLOR_WORDS[obj.color]
+    return f"{color[0] if rng.random() < 0.8 else rng.choice(color)} {rng.choice(lexicon.SHAPES[obj.shape])}"
+
+
+def _long_words(obj: WorldObject, rng: random.Random) -> str:
+    size = rng.choice(lexicon.SIZE_WORDS[obj.size][:2])
+    return f"{size} {lexicon.COLOR_WORDS[obj.color][0]} {rng.choice(lexicon.SHAPES[obj.shape])}"
+
+
+def _texture_unit(obj: WorldObject, rng: random.Random) -> str:
+    if obj.texture == "solid":
+        return rng.choice(("with a solid fill", "filled with one plain color"))
+    return f"with a {obj.texture} pattern"
+
+
+def _article(words: str) -> str:
+    return ("an " if words[0] in "aeiou" else "a ") + words
+
+
+class TextItem(NamedTuple):
+    row: int                       # the image the texts are about
+    group: list[str]               # a caption, then its hard negatives (negclip phase; else empty)
+    pairs: list[tuple[str, ...]]   # (true statement, its inverse), or (true,) alone in the roles phase
+    roles: list[torch.Tensor]      # each pair's role targets
+
+
+class FactsDataset(Dataset):
+    """Items: one relation fact each, stated as a pair (or, `true_only`, its true statement alone).
+    The rng is seeded by (seed, epoch, item), as TextsDataset's, so a resumed run draws the same texts."""
+
+    def __init__(self, facts: list[RelationFact], seed: int, long_rate: float, true_only: bool = False):
+        if not facts:
+            raise DataError("text stage: the train split's scenes hold no relation between two objects a "
+                            "statement can tell apart")
+        self.facts, self.seed, self.long_rate, self.true_only = facts, seed, long_rate, true_only
+        self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch[0] = epoch
+
+    def __len__(self) -> int:
+        return len(self.facts)
+
+    def __getitem__(self, k: int) -> TextItem:
+        rng = random.Random(f"{self.seed}-{int(self._epoch[0])}-{k}")
+        fact = self.facts[k]
+        pair = statement_pair(fact, rng, self.long_rate)
+        return TextItem(fact.row, [], [pair[:1] if self.true_only else pair], [roles(fact)])
+
+
+class CaptionsDataset(Dataset):
+    """Items: one train image each, its caption with `hard_negatives` world negatives, and up to
+    PAIRS_PER_IMAGE of its own relation facts stated as pairs."""
+
+    def __init__(self, split: Split, pools: list[list[str]], scenes: dict[int, Scene], facts: list[RelationFact],
+                 seed: int, hard: int, kinds: tuple[str, ...], long_rate: float):
+        self.split, self.pools, self.scenes, self.seed = split, pools, scenes, seed
+        self.hard, self.kinds, self.long_rate = hard, kinds, long_rate
+        self.facts_of: list[list[RelationFact]] = [[] for _ in range(len(split))]
+        for fact in facts:
+            self.facts_of[fact.row].append(fact)
+        self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch[0] = epoch
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, row: int) -> TextItem:
+        rng = random.Random(f"{self.seed}-{int(self._epoch[0])}-{row}")
+        caption = pick(self.pools[row], rng)
+        scene = self.scenes[self.split.image_ids[row]]
+        group = [caption, *(n.text for n in hard_negatives(caption, scene, rng, self.hard, self.kinds))]
+        own = self.facts_of[row]
+        chosen = [rng.choice(own) for _ in range(PAIRS_PER_IMAGE)] if own else []
+        pairs = [statement_pair(fact, rng, self.long_rate) for fact in chosen]
+        return TextItem(row, group, pairs, [roles(fact) for fact in chosen])
+
+
+class TextItemBatcher:
+    """Collates TextItems into {"rows" [B], "tokens" [B, T, L], "mask" [B, T], "pair_tokens" [B, K, S, L],
+    "pair_mask" [B, K], "roles" [B, K, R]}: every tensor has one row per item, so accelerate splits a
+    global batch across processes along the item axis."""
+
+    def __init__(self, tokenizer: ClipTokenizer):
+        self.tokenizer = tokenizer
+
+    def __call__(self, items: list[TextItem]) -> dict:
+        groups = max(len(item.group) for item in items)
+        pairs = max(len(item.pairs) for item in items)
+        sides = max((len(pair) for item in items for pair in item.pairs), default=1)
+        texts = [t for item in items for t in item.group] + [t for item in items for pair in item.pairs for t in pair]
+        token_rows = self.tokenizer.ids(texts)
+        length = max((len(row) for row in token_rows), default=1)
+        ids = iter(token_rows)
+        tokens = torch.zeros(len(items), groups, length, dtype=torch.long)
+        pair_tokens = torch.zeros(len(items), pairs, sides, length, dtype=torch.long)
+        role_targets = torch.zeros(len(items), pairs, len(ROLE_NAMES) * len(lexicon.RELATIONS))
+        def put(target: torch.Tensor) -> None:
+            row = next(ids)
+            target[: len(row)] = torch.tensor(row)
+
+        for b, item in enumerate(items):
+            for t in range(len(item.group)):
+                put(tokens[b, t])
+        for b, item in enumerate(items):
+            for k, pair in enumerate(item.pairs):
+                for side in range(len(pair)):
+                    put(pair_tokens[b, k, side])
+                role_targets[b, k] = item.roles[k]
+        return {"rows": torch.tensor([item.row for item in items]), "tokens": tokens,
+                "mask": torch.tensor([[t < len(item.group) for t in range(groups)] for item in items]),
+                "pair_tokens": pair_tokens, "roles": role_targets,
+                "pair_mask": torch.tensor([[k < len(item.pairs) for k in range(pairs)] for item in items])}
+
+
+class TextReader(torch.nn.Module):
+    """The CLIP's text tower (through its PairEncoder, shared prefixes run once) and a role head on
+    its text embedding: the module the text stage's phases train."""
+
+    def __init__(self, pair: PairEncoder, width: int, seed: int):
+        super().__init__()
+        self.pair = pair
+        self.role_head = torch.nn.Linear(width, len(ROLE_NAMES) * len(lexicon.RELATIONS))
+        generator = torch.Generator().manual_seed(seed)  # the same head whether or not a run resumed
+        with torch.no_grad():
+            bound = width ** -0.5
+            self.role_head.weight.uniform_(-bound, bound, generator=generator)
+            self.role_head.bias.uniform_(-bound, bound, generator=generator)
+
+    def forward(self, tokens: torch.Tensor, tree: PrefixTree) -> tuple[torch.Tensor, torch.Tensor]:
+        text = self.pair(None, tokens, tree).text
+        return text, self.role_head(text)
+
+
+@dataclass
+class FrozenImages:
+    """The train split's image embeddings from the frozen image tower, normalised ([N, d]), with
+    their mean (the pairs read the image centred on it), and the frozen temperature."""
+
+    embeddings: torch.Tensor
+    logit_scale: torch.Tensor
+
+    @property
+    def centred(self) -> torch.Tensor:
+        return self.embeddings - self.embeddings.mean(0, keepdim=True)
+
+
+def text_stage_step(images: FrozenImages, negclip: bool) -> Callable[[torch.nn.Module, dict], tuple]:
+    """The loss of one phase: roles alone (pairs of one side), pairs with roles, or, with `negclip`,
+    NegCLIP on the captions with the pairs and roles beside it."""
+    centred = images.centred
+
+    def step(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        b, k, sides, length = batch["pair_tokens"].shape
+        flat = batch["pair_tokens"].view(b * k * sides, length)
+        tree = prefix_tree(flat, sides)  # a pair's two sides share their opening: run it once
+        groups = batch["tokens"].shape[1] if negclip else 0
+        if groups:
+            flat_groups = batch["tokens"].view(b * groups, length)
+            flat, tree = torch.cat([flat_groups, flat]), prefix_tree(flat_groups, groups).cat(tree)
+        text, role_logits = model(flat, tree)
+        at = b * groups  # the pairs' rows follow the caption groups'
+        pair_text = F.normalize(text[at:].float(), dim=-1).view(b, k, sides, -1)
+        loss, parts = pair_terms(pair_text, role_logits[at:].view(b, k, sides, -1)[:, :, 0], batch, centred,
+                                 images.logit_scale)
+        if groups:
+            group_text = F.normalize(text[:at].float(), dim=-1).view(b, groups, -1)
+            own = images.embeddings[batch["rows"].to(images.embeddings.device)]
+            term = negclip_loss(gather_with_grad(own), gather_with_grad(group_text), gather_with_grad(batch["mask"]),
+                                images.logit_scale)
+            loss = loss + term
+            parts["negclip"] = term.item()
+        return loss, parts
+
+    return step
+
+
+def pair_terms(pair_text: torch.Tensor, role_logits: torch.Tensor, batch: dict, centred: torch.Tensor,
+               logit_scale: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """The role loss on each pair's true statement and, for pairs of two sides ([B, K, 2, d]), the
+    pair loss: softplus of the scaled margin of the true statement over its inverse against the
+    image, centred. A batch without a pair gives a zero that still reaches the role head (DDP
+    expects a gradient for every parameter)."""
+    mask = batch["pair_mask"]
+    if not mask.any():
+        return role_logits.sum() * 0.0, {}
+    loss = F.binary_cross_entropy_with_logits(role_logits[mask].float(), batch["roles"][mask])
+    parts = {"roles": loss.item()}
+    if pair_text.shape[2] == 2:
+        image = centred[batch["rows"].to(centred.device)].unsqueeze(1).expand(-1, mask.shape[1], -1)[mask]
+        true, false = pair_text[:, :, 0][mask], pair_text[:, :, 1][mask]
+        margin = logit_scale.exp() * ((image * true).sum(-1) - (image * false).sum(-1))
+        pairs = F.softplus(-margin).mean()
+        loss = loss + pairs
+        parts.update(pairs=pairs.item(), pair_accuracy=float((margin > 0).float().mean()))
+    return loss, parts
+
+
+@dataclass
+class TextStagePlan:
+    """train_clip's text-stage settings (its `text_*` keys), as the phases read them."""
+
+    roles_epochs: int
+    pairs_epochs: int
+    negclip_epochs: int
+    batch_size: int            # statements per step of the roles and pairs phases
+    lr: float
+    pair_axes: tuple[str, ...]
+    long_rate: float
+    caption_pool: list[list[str]]  # the train images' captions (negclip phase)
+    hard_negatives: int
+    negative_kinds: tuple[str, ...]
+
+    @property
+    def epochs(self) -> int:
+        return self.roles_epochs + self.pairs_epochs + self.negclip_epochs
+
+
+def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transform: Callable,
+                   scenes: dict[int, Scene], tokenizer: ClipTokenizer, plan: TextStagePlan, seed: int) -> dict:
+    """The three phases on an open_clip `model` whose image tower and temperature stay as they are;
+    returns the last phase's record. The images are embedded once, by the tower as it comes in."""
+    model.eval()
+    images = FrozenImages(embed_split_images(model.encode_image, train, transform, run.device, run.cfg.workers),
+                          model.logit_scale.detach().clone().to(run.device))
+    lock(model.visual)
+    model.logit_scale.requires_grad_(False)
+    reader = TextReader(PairEncoder.of_clip(model), images.embeddings.shape[1], seed)
+    facts = relation_facts(train, scenes)
+    axis_relations = {r for axis in plan.pair_axes for r in AXIS_RELATIONS[axis]}
+    phases = (
+        ("text_roles", plan.roles_epochs, lambda: FactsDataset(facts, seed, plan.long_rate, true_only=True),
+         plan.batch_size, False),
+        ("text_pairs", plan.pairs_epochs, lambda: FactsDataset(
+            [f for f in facts if f.relation in axis_relations], seed, plan.long_rate), plan.batch_size, False),
+        ("text_negclip", plan.negclip_epochs, lambda: CaptionsDataset(
+            train, plan.caption_pool, scenes, facts, seed, plan.hard_negatives, plan.negative_kinds,
+            plan.long_rate), None, True),
+    )
+    record: dict = {}
+    for name, epochs, dataset, batch_size, negclip in phases:
+        if epochs:
+            stage = Stage(name, epochs, plan.lr, 0, batch_size=batch_size)
+            record = run.fit(reader, dataset(), TextItemBatcher(tokenizer), text_stage_step(images, negclip),
+                             stage)["record"]
+    model.eval()
+    return record

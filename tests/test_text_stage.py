@@ -1,0 +1,159 @@
+"""train_clip's text stage (rewards/recipes/text_stage.py): its statements are checked against the
+scenes by the world parser, its role targets follow the fact, and a tiny run through all three phases
+loads back by path and resumes to the same weights after an interruption."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from features.clip_models.tokens import ClipTokenizer
+from features.world import lexicon
+from features.world.parse import contradictions, parse_caption
+from features.world.scene import load_world_scenes
+from rewards import train_clip
+from rewards.recipes import clip as clip_recipe
+from rewards.recipes.data import load_split
+from rewards.recipes.text_stage import (
+    ROLE_NAMES,
+    CaptionsDataset,
+    FactsDataset,
+    TextItemBatcher,
+    pair_terms,
+    relation_facts,
+    roles,
+    statement_pair,
+)
+from tests.clip_fixtures import TINY_ARCH
+
+
+@pytest.fixture(scope="module")
+def world_train(tiny_world):
+    train = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train")
+    scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
+    return train, scenes
+
+
+def test_each_statement_is_true_of_its_scene_and_its_inverse_false(world_train):
+    """By the world parser, not by the writer: the true statement contradicts nothing, the
+    inverse one exactly its relation, in both wordings."""
+    train, scenes = world_train
+    facts = relation_facts(train, scenes)
+    assert len(facts) > 20
+    rng = random.Random(0)
+    for fact in facts:
+        scene = scenes[train.image_ids[fact.row]]
+        for long_rate in (0.0, 1.0):
+            true, false = statement_pair(fact, rng, long_rate)
+            assert contradictions(parse_caption(true), scene) == [], true
+            wrong = contradictions(parse_caption(false), scene)
+            assert len(wrong) == 1 and "is not" in wrong[0], (false, wrong)
+
+
+def test_role_targets_name_who_stands_where(world_train):
+    train, scenes = world_train
+    fact = relation_facts(train, scenes)[0]
+    target = roles(fact).view(len(ROLE_NAMES), len(lexicon.RELATIONS))
+    relation, inverse = lexicon.RELATIONS.index(fact.relation), lexicon.RELATIONS.index(lexicon.INVERSE[fact.relation])
+    for name in (fact.subject.color, fact.subject.shape):
+        assert target[ROLE_NAMES.index(name), relation] == 1
+    for name in (fact.object.color, fact.object.shape):
+        assert target[ROLE_NAMES.index(name), inverse] == 1
+    assert target.sum() <= 4
+
+
+def test_batches_keep_one_row_per_item_and_draw_the_same_texts_again(world_train):
+    train, scenes = world_train
+    facts = relation_facts(train, scenes)
+    captions = CaptionsDataset(train, train.pool("both"), scenes, facts, seed=3, hard=3,
+                               kinds=("shape", "color", "relation"), long_rate=0.5)
+    batch = TextItemBatcher(ClipTokenizer(248))([captions[row] for row in range(8)])
+    assert batch["tokens"].shape[:2] == batch["mask"].shape and len(batch["rows"]) == 8
+    assert batch["pair_tokens"].shape[:3] == (8, 2, 2) and batch["roles"].shape[:2] == batch["pair_mask"].shape
+    assert captions[5] == captions[5]  # seeded by (seed, epoch, item)
+    statements = FactsDataset(facts, seed=3, long_rate=0.5, true_only=True)
+    first = statements[2]
+    statements.set_epoch(1)
+    assert len(first.pairs[0]) == 1 and statements[2] != first
+
+
+def test_a_batch_without_relations_still_reaches_the_role_head():
+    """Images of one object hold no relation: such a batch gives a zero loss with a gradient path to
+    every parameter (DDP expects one), not a NaN from an empty mean."""
+    head = torch.nn.Linear(4, 6)
+    role_logits = head(torch.randn(3, 2, 4))
+    batch = {"pair_mask": torch.zeros(3, 2, dtype=torch.bool), "roles": torch.zeros(3, 2, 6),
+             "rows": torch.arange(3)}
+    loss, parts = pair_terms(torch.randn(3, 2, 2, 4), role_logits, batch, torch.randn(3, 4), torch.tensor(1.0))
+    loss.backward()
+    assert loss.item() == 0 and parts == {} and head.weight.grad is not None
+
+
+def _run(world, out, *extra):
+    return train_clip.main(["--dataset", str(world / "dataset.json"), "--images-root", str(world),
+                            "--scenes", str(world / "scenes.json"), "--out", str(out), "--arch", TINY_ARCH,
+                            "--epochs", "1", "--negatives", "world", "--set", "batch_size=16", "--set", "workers=0",
+                            "--set", "text_roles_epochs=1", "--set", "text_pairs_epochs=2",
+                            "--set", "text_negclip_epochs=1", "--set", "text_batch_size=16", *extra])
+
+
+def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch):
+    """Stopped in the pairs phase's second epoch: the contrastive stage and the roles phase come back
+    from their states, the role head from its seed, and the weights end bit for bit as an
+    uninterrupted run's; the image tower is the contrastive stage's, untouched."""
+    from safetensors.torch import load_file
+
+    assert _run(tiny_world, tmp_path / "once.safetensors") == 0
+    real_fit = clip_recipe.read_relations.__globals__["RecipeRun"].fit
+    calls = {"pairs": 0}
+
+    def fit(self, model, dataset, collate, loss_fn, stage, *args, **kwargs):
+        def interrupting(module, batch):
+            if stage.name == "text_pairs" and self._epochs_done("text_pairs") == 1:
+                calls["pairs"] += 1
+                raise KeyboardInterrupt
+            return loss_fn(module, batch)
+
+        return real_fit(self, model, dataset, collate, interrupting, stage, *args, **kwargs)
+
+    monkeypatch.setattr(clip_recipe.read_relations.__globals__["RecipeRun"], "fit", fit)
+    assert _run(tiny_world, tmp_path / "twice.safetensors") == 130
+    assert calls["pairs"] == 1 and not (tmp_path / "twice.safetensors").exists()
+    monkeypatch.undo()
+    assert _run(tiny_world, tmp_path / "twice.safetensors") == 0
+    once, twice = load_file(str(tmp_path / "once.safetensors")), load_file(str(tmp_path / "twice.safetensors"))
+    assert all(torch.equal(once[k], twice[k]) for k in once)
+    logged = [json.loads(line) for line in (tmp_path / "once.metrics.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in logged] == ["clip", "text_roles", "text_pairs", "text_pairs", "text_negclip"]
+    assert all(0 <= r["pair_accuracy"] <= 1 for r in logged[2:]) and "negclip" in logged[-1]
+    summary = json.loads((tmp_path / "once.json").read_text())
+    assert set(summary["world_foils"]) == {"short", "long"}  # the foil table at the end
+    assert summary["val"]["val_short_chance"] == pytest.approx(1 / 12)
+
+
+def test_the_text_stage_changes_the_text_tower_only(tiny_world, tmp_path):
+    """From a finished CLIP with `epochs: 0`: the image tower and the temperature come out as they went in."""
+    from safetensors.torch import load_file
+
+    start = tmp_path / "start.safetensors"
+    assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+                            "--out", str(start), "--arch", TINY_ARCH, "--epochs", "1", "--set", "batch_size=16",
+                            "--set", "workers=0"]) == 0
+    out = tmp_path / "read.safetensors"
+    assert _run(tiny_world, out, "--set", "epochs=0", "--init", str(start)) == 0
+    before, after = load_file(str(start)), load_file(str(out))
+    assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("visual.") or k == "logit_scale")
+    assert not all(torch.equal(before[k], after[k]) for k in before if k.startswith("transformer."))
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    (["--set", "epochs=0"], "epochs: 0"),
+    (["--set", "text_pairs_axes=[diagonal]"], "text_pairs_axes"),
+    (["--set", "text_long_statements=1.5"], "text_long_statements"),
+])
+def test_text_stage_settings_are_checked(tiny_world, tmp_path, settings, message, capsys):
+    assert _run(tiny_world, tmp_path / "bad.safetensors", *settings) == 2
+    assert message in capsys.readouterr().err
