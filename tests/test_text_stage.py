@@ -15,8 +15,8 @@ from features.world import lexicon
 from features.world.parse import contradictions, parse_caption
 from features.world.scene import load_world_scenes
 from rewards import train_clip
-from rewards.recipes import clip as clip_recipe
 from rewards.recipes.data import load_split
+from rewards.recipes.loop import RecipeRun
 from rewards.recipes.text_stage import (
     ROLE_NAMES,
     CaptionsDataset,
@@ -107,7 +107,7 @@ def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_p
     from safetensors.torch import load_file
 
     assert _run(tiny_world, tmp_path / "once.safetensors") == 0
-    real_fit = clip_recipe.read_relations.__globals__["RecipeRun"].fit
+    real_fit = RecipeRun.fit
     calls = {"pairs": 0}
 
     def fit(self, model, dataset, collate, loss_fn, stage, *args, **kwargs):
@@ -119,7 +119,7 @@ def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_p
 
         return real_fit(self, model, dataset, collate, interrupting, stage, *args, **kwargs)
 
-    monkeypatch.setattr(clip_recipe.read_relations.__globals__["RecipeRun"], "fit", fit)
+    monkeypatch.setattr(RecipeRun, "fit", fit)
     assert _run(tiny_world, tmp_path / "twice.safetensors") == 130
     assert calls["pairs"] == 1 and not (tmp_path / "twice.safetensors").exists()
     monkeypatch.undo()
