@@ -130,51 +130,59 @@ class TextItem(NamedTuple):
     roles: list[torch.Tensor]      # each pair's role targets
 
 
-class FactsDataset(Dataset):
-    """Items: one relation fact each, stated as a pair (or, `true_only`, its true statement alone).
-    The rng is seeded by (seed, epoch, item), as TextsDataset's, so a resumed run draws the same texts."""
+class SeededItems(Dataset):
+    """Items drawn with an rng seeded by (seed, epoch, item), as TextsDataset's: a resumed run, or
+    another number of workers or processes, draws the same texts."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()  # seen by persistent workers too
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch[0] = epoch
+
+    def rng(self, item: int) -> random.Random:
+        return random.Random(f"{self.seed}-{int(self._epoch[0])}-{item}")
+
+
+class FactsDataset(SeededItems):
+    """Items: one relation fact each, stated as a pair (or, `true_only`, its true statement alone)."""
 
     def __init__(self, facts: list[RelationFact], seed: int, long_rate: float, true_only: bool = False):
         if not facts:
             raise DataError("text stage: the train split's scenes hold no relation between two objects a "
                             "statement can tell apart")
-        self.facts, self.seed, self.long_rate, self.true_only = facts, seed, long_rate, true_only
-        self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()
-
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch[0] = epoch
+        super().__init__(seed)
+        self.facts, self.long_rate, self.true_only = facts, long_rate, true_only
 
     def __len__(self) -> int:
         return len(self.facts)
 
     def __getitem__(self, k: int) -> TextItem:
-        rng = random.Random(f"{self.seed}-{int(self._epoch[0])}-{k}")
+        rng = self.rng(k)
         fact = self.facts[k]
         pair = statement_pair(fact, rng, self.long_rate)
         return TextItem(fact.row, [], [pair[:1] if self.true_only else pair], [roles(fact)])
 
 
-class CaptionsDataset(Dataset):
+class CaptionsDataset(SeededItems):
     """Items: one train image each, its caption with `hard_negatives` world negatives, and up to
     PAIRS_PER_IMAGE of its own relation facts stated as pairs."""
 
     def __init__(self, split: Split, pools: list[list[str]], scenes: dict[int, Scene], facts: list[RelationFact],
                  seed: int, hard: int, kinds: tuple[str, ...], long_rate: float):
-        self.split, self.pools, self.scenes, self.seed = split, pools, scenes, seed
+        super().__init__(seed)
+        self.split, self.pools, self.scenes = split, pools, scenes
         self.hard, self.kinds, self.long_rate = hard, kinds, long_rate
         self.facts_of: list[list[RelationFact]] = [[] for _ in range(len(split))]
         for fact in facts:
             self.facts_of[fact.row].append(fact)
-        self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()
-
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch[0] = epoch
 
     def __len__(self) -> int:
         return len(self.split)
 
     def __getitem__(self, row: int) -> TextItem:
-        rng = random.Random(f"{self.seed}-{int(self._epoch[0])}-{row}")
+        rng = self.rng(row)
         caption = pick(self.pools[row], rng)
         scene = self.scenes[self.split.image_ids[row]]
         group = [caption, *(n.text for n in hard_negatives(caption, scene, rng, self.hard, self.kinds))]
