@@ -53,6 +53,29 @@ def test_each_statement_is_true_of_its_scene_and_its_inverse_false(world_train):
             assert len(wrong) == 1 and "is not" in wrong[0], (false, wrong)
 
 
+def test_facts_whose_inverse_a_look_alike_holds_are_left_out():
+    """The world draws distinct kinds, but a user's scenes may not: with two red circles, one above
+    and one below a blue star, "a red circle below a blue star" is true, so neither fact between the
+    circles and the star can be a pair; the facts about the square stay, and their inverses are false."""
+    from features.world.scene import Scene, WorldObject, relations_between
+    from rewards.recipes.data import Split
+
+    objects = [WorldObject(0, "circle", "red", "small", "solid", (40.0, 10.0), 6.0, "top"),
+               WorldObject(1, "star", "blue", "small", "solid", (40.0, 32.0), 6.0, "center"),
+               WorldObject(2, "circle", "red", "large", "solid", (40.0, 54.0), 9.0, "bottom"),
+               WorldObject(3, "square", "green", "small", "solid", (8.0, 32.0), 6.0, "left")]
+    relations = [{"subject": a.id, "relation": r, "object": b.id} for a in objects for b in objects
+                 if a.id != b.id for r in relations_between(a, b, 64)]
+    scene = Scene(64, "gray", (128, 128, 128), objects, relations)
+    split = Split([7], ["unused.png"], [["a picture"]], [[]], [])
+    facts = relation_facts(split, {7: scene})
+    assert facts and all("square" in (f.subject.shape, f.object.shape) for f in facts)
+    rng = random.Random(0)
+    for fact in facts:
+        true, false = statement_pair(fact, rng, 0.0)
+        assert contradictions(parse_caption(true), scene) == [] and contradictions(parse_caption(false), scene)
+
+
 def test_role_targets_name_who_stands_where(world_train):
     train, scenes = world_train
     fact = relation_facts(train, scenes)[0]

@@ -19,8 +19,9 @@ of the recipe loop (resumable at its epochs' ends), all on the train split's sce
    against the frozen embeddings, so the tower keeps reading everything else; two of the image's own
    relation pairs and their roles stay on beside it.
 
-Every statement names the objects by colour and shape; facts between two objects that look alike
-(the same colour and shape) are left out, since a statement about them is true both ways round.
+Every statement names the objects by colour and shape; a fact is left out where that is ambiguous
+(two objects that look alike, or other look-alikes holding the inverse relation), since its "false"
+statement would be true of the scene.
 """
 
 from __future__ import annotations
@@ -62,19 +63,27 @@ class RelationFact(NamedTuple):
 
 def relation_facts(split: Split, scenes: dict[int, Scene], relations: Sequence[str] = lexicon.RELATIONS
                    ) -> list[RelationFact]:
-    """Every relation the split's scenes record whose two objects a statement can tell apart."""
+    """Every relation the split's scenes record that a statement naming colours and shapes states
+    unambiguously: its two objects look different, and no other two objects that look like them
+    hold the inverse relation (else the "false" statement would be true of those)."""
     facts = []
     for row, image_id in enumerate(split.image_ids):
         if image_id not in scenes:
             raise DataError(f"text stage: image id {image_id} of the train split has no scene in `scenes`")
         scene = scenes[image_id]
         objects = {obj.id: obj for obj in scene.objects}
-        for fact in scene.relations:
-            subject, obj = objects[fact["subject"]], objects[fact["object"]]
-            if fact["relation"] in relations and (subject.color, subject.shape) != (obj.color, obj.shape):
+        stated = [(objects[f["subject"]], f["relation"], objects[f["object"]]) for f in scene.relations]
+        held = {(_look(a), relation, _look(b)) for a, relation, b in stated}
+        for subject, relation, obj in stated:
+            if (relation in relations and _look(subject) != _look(obj)
+                    and (_look(subject), lexicon.INVERSE[relation], _look(obj)) not in held):
                 others = tuple(o for o in scene.objects if o.id not in (subject.id, obj.id))
-                facts.append(RelationFact(row, subject, fact["relation"], obj, others))
+                facts.append(RelationFact(row, subject, relation, obj, others))
     return facts
+
+
+def _look(obj: WorldObject) -> tuple[str, str]:
+    return obj.color, obj.shape
 
 
 def roles(fact: RelationFact) -> torch.Tensor:
