@@ -115,6 +115,29 @@ def test_a_batch_without_relations_still_reaches_the_role_head():
     assert loss.item() == 0 and parts == {} and head.weight.grad is not None
 
 
+def test_a_negclip_batch_of_one_object_images_trains(world_train):
+    """Images of one object hold no relation: a negclip batch of only those has no pair rows at all
+    ([B, 0, 1, L]) and its loss is NegCLIP's alone."""
+    from features.clip_models.open_clip_models import load_open_clip
+    from rewards.recipes.loop import PairEncoder
+    from rewards.recipes.text_stage import FrozenImages, TextReader, text_stage_step
+
+    train, scenes = world_train
+    lone = [row for row, image_id in enumerate(train.image_ids) if len(scenes[image_id].objects) == 1][:4]
+    assert len(lone) >= 2
+    captions = CaptionsDataset(train, train.pool("short"), scenes, relation_facts(train, scenes), seed=0, hard=2,
+                               kinds=("shape", "color"), long_rate=0.0)
+    model = load_open_clip(TINY_ARCH, None).model
+    batch = TextItemBatcher(ClipTokenizer(int(model.context_length)))([captions[row] for row in lone])
+    assert batch["pair_tokens"].shape[1] == 0
+    width = int(model.text_projection.shape[1])
+    images = FrozenImages(torch.nn.functional.normalize(torch.randn(len(train), width), dim=-1), torch.tensor(2.0))
+    reader = TextReader(PairEncoder.of_clip(model), width, seed=0)
+    loss, parts = text_stage_step(images, negclip=True)(reader, batch)
+    loss.backward()
+    assert torch.isfinite(loss) and set(parts) == {"negclip"} and reader.role_head.weight.grad is not None
+
+
 def _run(world, out, *extra):
     return train_clip.main(["--dataset", str(world / "dataset.json"), "--images-root", str(world),
                             "--scenes", str(world / "scenes.json"), "--out", str(out), "--arch", TINY_ARCH,

@@ -285,9 +285,10 @@ def text_stage_step(images: FrozenImages, negclip: bool) -> Callable[[torch.nn.M
             flat, tree = torch.cat([flat_groups, flat]), prefix_tree(flat_groups, groups).cat(tree)
         text, role_logits = model(flat, tree)
         at = b * groups  # the pairs' rows follow the caption groups'
-        pair_text = F.normalize(text[at:].float(), dim=-1).view(b, k, sides, -1)
-        loss, parts = pair_terms(pair_text, role_logits[at:].view(b, k, sides, -1)[:, :, 0], batch, centred,
-                                 images.logit_scale)
+        # explicit widths: a negclip batch whose images hold no relation has no pair rows (k = 0)
+        pair_text = F.normalize(text[at:].float(), dim=-1).view(b, k, sides, text.shape[-1])
+        pair_roles = role_logits[at:].view(b, k, sides, role_logits.shape[-1])[:, :, 0]
+        loss, parts = pair_terms(pair_text, pair_roles, batch, centred, images.logit_scale)
         if groups:
             group_text = F.normalize(text[:at].float(), dim=-1).view(b, groups, -1)
             own = images.embeddings[batch["rows"].to(images.embeddings.device)]
