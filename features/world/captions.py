@@ -18,7 +18,10 @@ def _pick(rng: np.random.Generator, options: tuple[str, ...] | list[str]) -> str
     return str(options[int(rng.integers(len(options)))])
 
 
-def _article(word: str) -> str:
+SOLID_FILL = ("with a solid fill", "filled with one plain color")  # how a long caption states a solid texture
+
+
+def article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
@@ -31,7 +34,7 @@ def noun_phrase(rng: np.random.Generator, obj: WorldObject, size: bool = False, 
     if texture and obj.texture != "solid":
         words.append(_pick(rng, lexicon.TEXTURE_WORDS[obj.texture]))
     words.append(_pick(rng, lexicon.SHAPES[obj.shape]))
-    det = "the" if definite else _article(words[0])
+    det = "the" if definite else article(words[0])
     return " ".join([det, *words])
 
 
@@ -69,7 +72,7 @@ def _t_count(rng, scene):
 
 
 def _t_background(rng, scene):
-    return f"{_listing(rng, scene)} on {_article(scene.background)} {scene.background} background"
+    return f"{_listing(rng, scene)} on {article(scene.background)} {scene.background} background"
 
 
 def _t_sizes(rng, scene):
@@ -114,7 +117,7 @@ def long_caption_units(rng: np.random.Generator, scene: Scene) -> list[str]:
     units = [
         f"{_pick(rng, ('The image shows', 'This picture contains', 'The scene has'))} "
         + f"{lexicon.NUMBER_WORDS[n]} {'shape' if n == 1 else 'shapes'}",
-        f"on {_article(scene.background)} {scene.background} background.",
+        f"on {article(scene.background)} {scene.background} background.",
     ]
     for k, obj in enumerate(objs):
         units.append(_capitalise(noun_phrase(rng, obj, size=True)))
@@ -129,7 +132,7 @@ def long_caption_units(rng: np.random.Generator, scene: Scene) -> list[str]:
 
 def _texture_unit(rng: np.random.Generator, obj: WorldObject) -> str:
     if obj.texture == "solid":
-        return _pick(rng, ("with a solid fill", "filled with one plain color"))
+        return _pick(rng, SOLID_FILL)
     return f"with a {_pick(rng, lexicon.TEXTURE_WORDS[obj.texture])} pattern"
 
 

@@ -23,7 +23,7 @@ import random
 from dataclasses import replace
 
 from features.world import lexicon
-from features.world.captions import place_phrase, reading_order
+from features.world.captions import article, place_phrase, reading_order
 from features.world.negatives import KINDS as NEGATIVE_KINDS
 from features.world.negatives import hard_negatives
 from features.world.scene import Scene, WorldObject, dominant_relation
@@ -33,12 +33,8 @@ FOIL_KINDS = ("shape", "color", "added", "relation")
 
 def _np(obj: WorldObject, size: bool = False, definite: bool = False) -> str:
     words = ([obj.size] if size else []) + [obj.color, obj.shape]
-    article = "the" if definite else _article(words[0])
-    return " ".join([article, *words])
-
-
-def _article(word: str) -> str:
-    return "an" if word[0] in "aeiou" else "a"
+    det = "the" if definite else article(words[0])
+    return " ".join([det, *words])
 
 
 def _relation(relation: str) -> str:
@@ -58,7 +54,7 @@ def render_long(objects: list[WorldObject], relations: list[str | None], backgro
                 extra: WorldObject | None = None) -> str:
     count = lexicon.NUMBER_WORDS[len(objects)]
     noun = "shape" if len(objects) == 1 else "shapes"
-    sentences = [f"The image shows {count} {noun} on {_article(background)} {background} background."]
+    sentences = [f"The image shows {count} {noun} on {article(background)} {background} background."]
     for k, obj in enumerate(objects):
         texture = "a solid fill" if obj.texture == "solid" else f"a {obj.texture} pattern"
         sentence = f"{_np(obj, size=True).capitalize()} with {texture} appears {place_phrase(obj.place)} of the image."

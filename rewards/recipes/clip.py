@@ -189,7 +189,6 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         record = {**record, **read_relations(run, model, train, loaded.preprocess, scenes, tokenizer, plan, cfg.seed)}
         if run.is_main:
             record.update(evaluate(0))
-        model.eval()  # the retrieval report leaves the model training
     summary = {"out": cfg.out, "arch": cfg.arch, "val": record, "truncated_captions": tokenizer.truncated}
     if run.is_main:
         save_weights(model, cfg.out)
@@ -340,7 +339,9 @@ def clamp_logit_scale(pair: PairEncoder) -> None:
 @torch.no_grad()
 def evaluate_retrieval(model, tokenizer: ClipTokenizer, val: Split, transform, device: torch.device,
                        workers: int = 0) -> dict:
-    """R@1 both ways on val with each image's first short caption and, where present, first long one."""
+    """R@1 both ways on val with each image's first short caption and, where present, first long one;
+    the model comes back in the mode it came in."""
+    training = model.training
     model.eval()
     text_forward = clip_text_forward(model)
     image = embed_split_images(model.encode_image, val, transform, device, workers)
@@ -350,7 +351,7 @@ def evaluate_retrieval(model, tokenizer: ClipTokenizer, val: Split, transform, d
             continue
         text = embed_texts(text_forward, tokenizer, [p[0] for p in pools], device)
         out.update({f"val_{kind}_{k}": v for k, v in recall_at_1(image, text).items()})
-    model.train()
+    model.train(training)
     return out
 
 

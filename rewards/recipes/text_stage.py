@@ -38,6 +38,7 @@ from torch.utils.data import Dataset
 from features.clip_models.text_batches import PrefixTree, prefix_tree
 from features.clip_models.tokens import ClipTokenizer
 from features.world import lexicon
+from features.world.captions import SOLID_FILL, article
 from features.world.negatives import hard_negatives
 from features.world.scene import Scene, WorldObject
 from plumbing.errors import DataError
@@ -123,13 +124,14 @@ def _long_words(obj: WorldObject, rng: random.Random) -> str:
 
 
 def _texture_unit(obj: WorldObject, rng: random.Random) -> str:
+    """The long captions' texture unit, drawn from this stage's rng (the generator's takes numpy's)."""
     if obj.texture == "solid":
-        return rng.choice(("with a solid fill", "filled with one plain color"))
+        return rng.choice(SOLID_FILL)
     return f"with a {obj.texture} pattern"
 
 
 def _article(words: str) -> str:
-    return ("an " if words[0] in "aeiou" else "a ") + words
+    return f"{article(words)} {words}"
 
 
 class TextItem(NamedTuple):
@@ -213,29 +215,28 @@ class TextItemBatcher:
         groups = max(len(item.group) for item in items)
         pairs = max(len(item.pairs) for item in items)
         sides = max((len(pair) for item in items for pair in item.pairs), default=1)
-        texts = [t for item in items for t in item.group] + [t for item in items for pair in item.pairs for t in pair]
-        token_rows = self.tokenizer.ids(texts)
-        length = max((len(row) for row in token_rows), default=1)
-        ids = iter(token_rows)
-        tokens = torch.zeros(len(items), groups, length, dtype=torch.long)
-        pair_tokens = torch.zeros(len(items), pairs, sides, length, dtype=torch.long)
-        role_targets = torch.zeros(len(items), pairs, len(ROLE_NAMES) * len(lexicon.RELATIONS))
-        def put(target: torch.Tensor) -> None:
-            row = next(ids)
-            target[: len(row)] = torch.tensor(row)
-
+        slots = [_slot(item.group, t) for item in items for t in range(groups)]
+        slots += [_slot(_slot(item.pairs, k) or (), side)
+                  for item in items for k in range(pairs) for side in range(sides)]
+        known = iter(self.tokenizer.ids([text for text in slots if text is not None]))
+        rows = [next(known) if text is not None else [] for text in slots]
+        flat = self.tokenizer.padded(rows, max(max(map(len, rows), default=0), 1))
+        at = len(items) * groups
+        roles_of = torch.zeros(len(items), pairs, len(ROLE_NAMES) * len(lexicon.RELATIONS))
         for b, item in enumerate(items):
-            for t in range(len(item.group)):
-                put(tokens[b, t])
-        for b, item in enumerate(items):
-            for k, pair in enumerate(item.pairs):
-                for side in range(len(pair)):
-                    put(pair_tokens[b, k, side])
-                role_targets[b, k] = item.roles[k]
-        return {"rows": torch.tensor([item.row for item in items]), "tokens": tokens,
+            for k, target in enumerate(item.roles):
+                roles_of[b, k] = target
+        return {"rows": torch.tensor([item.row for item in items]),
+                "tokens": flat[:at].view(len(items), groups, flat.shape[1]),
                 "mask": torch.tensor([[t < len(item.group) for t in range(groups)] for item in items]),
-                "pair_tokens": pair_tokens, "roles": role_targets,
-                "pair_mask": torch.tensor([[k < len(item.pairs) for k in range(pairs)] for item in items])}
+                "pair_tokens": flat[at:].view(len(items), pairs, sides, flat.shape[1]),
+                "pair_mask": torch.tensor([[k < len(item.pairs) for k in range(pairs)] for item in items]),
+                "roles": roles_of}
+
+
+def _slot(values: Sequence, k: int):
+    """values[k], or None past its end (an item with fewer texts than the batch's widest)."""
+    return values[k] if k < len(values) else None
 
 
 class TextReader(torch.nn.Module):
@@ -369,5 +370,4 @@ def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transfo
             stage = Stage(name, epochs, plan.lr, 0, batch_size=batch_size)
             record = run.fit(reader, dataset(), TextItemBatcher(tokenizer), text_stage_step(images, negclip),
                              stage)["record"]
-    model.eval()
     return record
