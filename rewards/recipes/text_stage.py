@@ -347,7 +347,7 @@ def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transfo
                    scenes: dict[int, Scene], tokenizer: ClipTokenizer, plan: TextStagePlan, seed: int) -> dict:
     """The three phases on an open_clip `model` whose image tower and temperature stay as they are;
     returns the last phase's record. The images are embedded once, by the tower as it comes in."""
-    model.eval()
+    model.to(run.device).eval()  # with `epochs: 0` no earlier stage has moved it
     images = FrozenImages(embed_split_images(model.encode_image, train, transform, run.device, run.cfg.workers),
                           model.logit_scale.detach().clone().to(run.device))
     lock(model.visual)
