@@ -141,7 +141,6 @@ def shipped_config_kinds() -> dict[Path, type]:
 
     kinds = {"ablate_alpha.yaml": SweepConfig, "world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig,
              "features_patches.yaml": ExtractConfig, "world_clip.yaml": TrainClipConfig,
-             "world_clip_text.yaml": TrainClipConfig,
              "world_specs.yaml": TrainSpecsConfig, "world_lclip.yaml": DistillConfig,
              "scoring_world.yaml": ScoreConfig}
     return {path: kinds.get(path.name, TrainConfig) for path in sorted((ROOT / "configs").rglob("*.yaml"))}

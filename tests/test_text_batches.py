@@ -9,7 +9,13 @@ import torch
 
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.open_clip_models import load_open_clip
-from features.clip_models.text_batches import MIN_SHARED, PrefixTree, prefix_tree, shared_prefix_text_forward
+from features.clip_models.text_batches import (
+    MIN_SHARED,
+    PrefixTree,
+    _Packing,
+    prefix_tree,
+    shared_prefix_text_forward,
+)
 from features.clip_models.tokens import ClipTokenizer
 from features.world.negatives import hard_negatives
 from features.world.scene import load_world_scenes
@@ -82,6 +88,32 @@ def test_the_tree_shares_leading_tokens_only_and_never_the_pooled_eot():
     assert both.parent.tolist() == [-1, 0, 0, -1, -1, 0, -1, -1]
     nested = PrefixTree.roots(3).cat(tree)
     assert nested.parent.tolist()[3:] == [-1, 3, 3, -1, -1, 3]
+
+
+def test_a_packed_row_is_its_root_then_each_childs_suffix():
+    caption = [49406, 10, 11, 12, 13, 14, EOT]
+    rows = [caption,
+            [49406, 10, 11, 12, 99, 14, EOT],  # child of row 0, shares 4
+            [49406, 20, 21, EOT],              # a root of its own
+            [49406, 10, 11, 12, 13, EOT],      # child of row 0, shares 5
+            [49406, 20, 21, 22, 23, EOT]]      # child of row 2, shares 3
+    tokens = torch.tensor([row + [0] * (7 - len(row)) for row in rows])
+    tree = PrefixTree(torch.tensor([-1, 0, -1, 0, 2]), torch.tensor([0, 4, 0, 5, 3]))
+    packed = _Packing.of(tokens, tree.parent, tree.shared)
+
+    assert packed.lengths.tolist() == [7 + 3 + 1, 4 + 3]
+    first = packed.padded(packed.ids, torch.tensor([0, 1]), 11)
+    assert first[0].tolist() == caption + [99, 14, EOT] + [EOT]
+    assert first[1].tolist() == [49406, 20, 21, EOT, 22, 23, EOT] + [-1] * 4
+    positions = packed.padded(packed.positions, torch.tensor([1]), 7)[0].tolist()
+    assert positions == [0, 1, 2, 3, 3, 4, 5]  # the child's suffix keeps its own positions
+    segments = packed.padded(packed.segments, torch.tensor([0]), 11)[0].tolist()
+    assert segments == [0] * 7 + [1] * 3 + [2]
+    starts = packed.padded(packed.starts, torch.tensor([0]), 11)[0].tolist()
+    assert starts == [0] * 7 + [4] * 3 + [5]
+    assert packed.end.tolist() == [6, 9, 3, 10, 6]  # each text's EOT in its packed row
+    texts, local = packed.texts_of(torch.tensor([1, 0]))  # a length group may order the packed rows
+    assert texts.tolist() == [2, 4, 0, 1, 3] and local.tolist() == [0, 0, 1, 1, 1]
 
 
 def test_towers_it_does_not_know_keep_the_plain_forward():
