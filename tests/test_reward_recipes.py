@@ -15,6 +15,7 @@ from features.clip_models.factory import load_reward_model
 from features.clip_models.lclip import load_lclip
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.spec import RewardModelSpec
+from features.clip_models.tokens import ClipTokenizer
 from features.images import open_rgb
 from plumbing.errors import ConfigError, DataError
 from rewards import specificity as specificity_cli
@@ -194,6 +195,36 @@ def test_distill_stage2_freezes_the_students_text_tower(tiny_world, teacher_file
     assert not all(torch.equal(v, initial[k]) for k, v in text_tower(trained).items())
     image = [k for k in start.state_dict() if k.startswith("image_encoder.")]
     assert not all(torch.equal(load_lclip(frozen).state_dict()[k], start.state_dict()[k]) for k in image)
+
+
+def test_the_students_token_embedding_can_start_from_the_rows_the_captions_use(tiny_world, teacher_file):
+    """embed_init: used: the factorised embedding's directions come from the rows the train captions use,
+    so those rows start closer to the teacher's than under the plain SVD, which the default keeps
+    (u * s and v, as before the option)."""
+    teacher = load_open_clip("world-clip-tiny", str(teacher_file)).model
+    cfg = distill_lclip.DistillConfig(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"),
+                                      images_root=str(tiny_world), out="x", embed_rank=8)
+    train = load_split(cfg.dataset, cfg.images_root, "train", 0)
+    tokenizer = ClipTokenizer(int(teacher.context_length))
+    counts = distill_lclip.token_counts(tokenizer, train, teacher.token_embedding.weight.shape[0])
+    assert counts.sum() == sum(len(tokenizer.ids([t])[0]) for pool in train.pool("both") for t in pool)
+    used = counts > 0
+    table = teacher.token_embedding.weight.detach()
+
+    def start(token_counts: torch.Tensor | None) -> torch.Tensor:
+        student = distill_lclip.LClip(distill_lclip.student_config(teacher, cfg))
+        distill_lclip.init_from_teacher(student, teacher, token_counts)
+        text = student.text_encoder
+        return (text.token_embedding.weight @ text.token_projection.weight.t()).detach()
+
+    plain, weighted = start(None), start(counts)
+    u, s, v = torch.linalg.svd(table.float(), full_matrices=False)
+    assert torch.allclose(plain, (u[:, :8] * s[:8]) @ v[:8], atol=1e-5)
+
+    def error(rows: torch.Tensor) -> float:  # what the weighted SVD minimises over rank-8 tables
+        return float(((rows[used] - table[used]).pow(2).sum(dim=1) * counts[used]).sum())
+
+    assert error(weighted) < 0.8 * error(plain)
 
 
 def test_distill_pretrains_the_students_image_tower_first(tiny_world, teacher_file, tmp_path):

@@ -147,7 +147,7 @@ class _SharedForward:
 @dataclass
 class _Packing:
     """Every packed row (a root, then its children's suffixes) laid end to end in token streams,
-    built with whole-batch tensor ops (a loop over rows cost the text stage a fifth of its steps).
+    built with whole-batch tensor ops (a Python loop over the texts took about 6 ms a batch, these 0.3 ms).
     Packed row j holds the streams' tokens [offset[j], offset[j] + lengths[j]); text i (a batch row)
     has its EOT at index end[i] of the packed row it is in."""
 

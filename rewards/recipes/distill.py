@@ -83,6 +83,9 @@ class DistillConfig(RecipeConfig):
         0, help="epochs in which the student's image tower learns to predict the teacher's last feature map, "
         "place by place (FitNets hints; rewards/recipes/feature_hints.py), before stage 1 and after the scene "
         "labels", at_least=0)
+    embed_init: Literal["all", "used"] = option(
+        "all", help="the factorised token embedding starts at the truncated SVD of the teacher's whole table "
+        "(all) or of the rows the train captions use, weighted by use (used); see init_from_teacher")
     hint_projection: bool = option(
         False, help="after the hints, the image tower's output projection starts as the least-squares readout of "
         "the teacher's image embeddings from the student's class token, instead of at random (needs hint_epochs)")
@@ -136,10 +139,23 @@ def _is_vit(visual) -> bool:
     return hasattr(visual, "conv1") and hasattr(visual, "transformer") and hasattr(visual, "class_embedding")
 
 
+def token_counts(tokenizer: ClipTokenizer, train: Split, vocab: int) -> torch.Tensor:
+    """[vocab] how often each token occurs in the train split's captions (short and long)."""
+    texts = [text for pool in train.pool("both") for text in pool]
+    ids = [token for row in tokenizer.ids(texts) for token in row]
+    return torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=vocab).float()
+
+
 @torch.no_grad()
-def init_from_teacher(student: LClip, teacher) -> None:
-    """Copy what fits: the text tower (positions, norms, projection, spread-out blocks, an SVD of the
-    token embedding) and, from a ViT teacher with the same stem, the image tower too."""
+def init_from_teacher(student: LClip, teacher, counts: torch.Tensor | None = None) -> None:
+    """Copy what fits: the text tower (positions, norms, projection, spread-out blocks, a rank-r
+    factorisation of the token embedding) and, from a ViT teacher with the same stem, the image tower too.
+
+    The factorisation is the truncated SVD of the teacher's table; with `counts` (`token_counts`), its r directions
+    are those of the rows the training texts use, weighted by the square root of their counts, and every
+    row keeps its projection onto them. A vocabulary of 49,408 rows of which a domain uses a hundred
+    otherwise spends its rank on rows no text holds (on the world: 80% error on the used rows at rank 32,
+    27% weighted by use)."""
     s_img, s_txt, t_vis = student.image_encoder, student.text_encoder, teacher.visual
     if _is_vit(t_vis) and not student.config.stem_channels:
         for name in ("conv1", "ln_pre", "ln_post"):
@@ -151,10 +167,17 @@ def init_from_teacher(student: LClip, teacher) -> None:
     s_txt.positional_embedding.copy_(teacher.positional_embedding)
     s_txt.ln_final.load_state_dict(teacher.ln_final.state_dict())
     s_txt.text_projection.copy_(teacher.text_projection)
-    u, s, v = torch.linalg.svd(teacher.token_embedding.weight.float(), full_matrices=False)
+    table = teacher.token_embedding.weight.float()
     rank = s_txt.token_embedding.weight.shape[1]
-    s_txt.token_embedding.weight.copy_(u[:, :rank] * s[:rank])
-    s_txt.token_projection.weight.copy_(v[:rank].t())
+    if counts is None:
+        u, s, v = torch.linalg.svd(table, full_matrices=False)
+        s_txt.token_embedding.weight.copy_(u[:, :rank] * s[:rank])
+        s_txt.token_projection.weight.copy_(v[:rank].t())
+    else:
+        directions = torch.linalg.svd(counts.to(table.device).sqrt()[:, None] * table,
+                                      full_matrices=False)[2][:rank]  # [rank, width]
+        s_txt.token_embedding.weight.copy_(table @ directions.t())
+        s_txt.token_projection.weight.copy_(directions.t())
     _copy_blocks(s_txt.blocks, teacher.transformer.resblocks)
     student.logit_scale.copy_(teacher.logit_scale)
 
@@ -185,10 +208,11 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
     loaded = load_open_clip(cfg.teacher_arch, cfg.teacher)
     teacher = loaded.model.to(run.device).eval().requires_grad_(False)
     student = LClip(student_config(teacher, cfg))
-    init_from_teacher(student, teacher)
     tokenizer = ClipTokenizer(int(teacher.context_length))
     train = load_split(cfg.dataset, cfg.images_root, "train", cfg.max_train_images,
                        allow_outside_root=cfg.allow_outside_root)
+    counts = token_counts(tokenizer, train, student.config.vocab_size) if cfg.embed_init == "used" else None
+    init_from_teacher(student, teacher, counts)
     val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                      allow_outside_root=cfg.allow_outside_root)
     for split in (train, val):
