@@ -172,7 +172,7 @@ class _Packing:
         start = torch.where(is_root, 0, shared)[text_order]
         length = tokens.argmax(dim=1)[text_order] + 1 - start
         slot = slot_of_root[root[text_order]]
-        token_text = torch.repeat_interleave(torch.arange(count), length)  # [tokens] -> place in text_order
+        token_text = torch.repeat_interleave(rows, length)  # [tokens] -> its text's place in text_order
         text_begin = torch.cumsum(length, 0) - length
         within = torch.arange(len(token_text)) - text_begin[token_text]
         positions = start[token_text] + within
@@ -183,7 +183,7 @@ class _Packing:
         text_offset = F.pad(torch.cumsum(torch.bincount(slot, minlength=len(lengths)), 0), (1, 0))
         first = text_offset[slot]  # each text's root's place in text_order
         return cls(ids=tokens[text_order[token_text], positions], positions=positions,
-                   segments=(torch.arange(count) - first)[token_text], starts=start[token_text],
+                   segments=(rows - first)[token_text], starts=start[token_text],
                    offset=offset, lengths=lengths, end=end, text_order=text_order, text_offset=text_offset)
 
     def padded(self, stream: torch.Tensor, rows: torch.Tensor, longest: int) -> torch.Tensor:
