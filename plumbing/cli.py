@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import errno
 import functools
+import json
 import os
 import sys
 import types
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
+from plumbing.atomic import write_json
 from plumbing.config import apply_overrides, build, load_yaml, merge, read_yaml
 from plumbing.errors import RlcapError
 
@@ -165,6 +167,15 @@ def parse_config(cls: type[T], parser: argparse.ArgumentParser,
                  argv: Sequence[str] | None) -> tuple[T, argparse.Namespace]:
     args = parser.parse_args(argv)
     return config_from_args(cls, args), args
+
+
+def print_result(tables: str, result: dict, out: str | None = None) -> None:
+    """A measuring command's ending: its tables for the reader, the result as JSON at `out` (written
+    atomically) when given, and the result as the last line printed, for scripts."""
+    print(tables)
+    if out:
+        write_json(out, result, indent=2)
+    print(json.dumps(result))
 
 
 def command(main: Callable[[Sequence[str] | None], int | None]) -> Callable[[Sequence[str] | None], int]:

@@ -22,7 +22,6 @@ loss in the text tower. The last line printed is one JSON object; --out writes i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,7 @@ from features.clip_models.factory import clip_text_forward
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.tokens import ClipTokenizer
 from features.world.scene import load_scenes
-from plumbing.atomic import write_json
-from plumbing.cli import command, config_parser, parse_config
+from plumbing.cli import command, config_parser, parse_config, print_result
 from plumbing.config import option
 from plumbing.device import pick_device
 from plumbing.tables import format_table
@@ -109,10 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = config_parser(ProbeRelationsConfig, "python -m rewards.probe_relations", __doc__)
     cfg, _ = parse_config(ProbeRelationsConfig, parser, argv)
     result = probe(cfg)
-    print(tables(result))
-    if cfg.out:
-        write_json(cfg.out, result, indent=2)
-    print(json.dumps(result))
+    print_result(tables(result), result, cfg.out)
     return 0
 
 

@@ -104,6 +104,24 @@ def test_lclip_conv_stem_students_load_with_their_stem(tmp_path, stem_norm):
         assert float(model.module.image_encoder.stem[1].running_mean.abs().sum()) > 0
 
 
+@pytest.mark.parametrize("repeats", [1, 2, 4])
+def test_lclip_students_load_with_the_runs_of_their_shared_blocks(tmp_path, repeats):
+    """How often each shared block runs is read off the checkpoint (each run keeps its own norms): a
+    student of unshared blocks loads as itself with no setting; a wrong explicit value names the keys."""
+    config = dataclasses.replace(TINY_LCLIP, repeats=repeats)
+    torch.manual_seed(4)
+    student = LClip(config).eval()
+    path = tmp_path / f"r{repeats}.ckpt"
+    torch.save({"state_dict": {f"student.{k}": v for k, v in student.state_dict().items()}}, path)
+    model = load_reward_model(RewardModelSpec(kind="lclip", weights=str(path)))
+    assert model.module.config == config
+    tokens = torch.randint(1, 400, (2, 9))
+    assert torch.allclose(model.module.encode_text(tokens), student.encode_text(tokens), atol=1e-6)
+    wrong = 2 if repeats != 2 else 1
+    with pytest.raises(DataError, match=str(path)):
+        load_reward_model(RewardModelSpec(kind="lclip", weights=str(path), repeats=wrong))
+
+
 def test_bad_checkpoints_name_the_keys(tmp_path):
     state = clip_state(0)
     torch.save({**state, "surprise.weight": torch.zeros(1)}, tmp_path / "extra.pt")

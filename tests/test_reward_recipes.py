@@ -272,6 +272,34 @@ def test_hints_are_the_teachers_last_map_pooled_and_normed(tiny_world):
             torch.testing.assert_close(embeddings[2], visual(image)[0], atol=1e-4, rtol=1e-4)
 
 
+def test_hint_views_are_the_pictures_mirrored_with_the_teachers_answers_for_each(tiny_world):
+    """hint_flips: a view's tensor is the mirrored picture preprocessed (the world's images are square),
+    and its targets are the teacher's map and embedding of that mirrored picture, view-major."""
+    train = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", limit=5)
+    torch.manual_seed(0)
+    loaded = load_open_clip("world-clip-rn16")
+    visual = loaded.model.visual.eval()
+    picture = open_rgb(train.paths[3])
+    mirrored = loaded.preprocess(picture.transpose(0)).unsqueeze(0)  # PIL: FLIP_LEFT_RIGHT
+    upside_down = loaded.preprocess(picture.transpose(1)).unsqueeze(0)  # FLIP_TOP_BOTTOM
+    flipped = feature_hints.flip_images(loaded.preprocess(picture).unsqueeze(0), ("horizontal",))
+    torch.testing.assert_close(flipped, mirrored)
+    views = [(), ("horizontal",), ("vertical",), ("horizontal", "vertical")]
+    hints, embeddings = feature_hints.teacher_hints(visual, train, loaded.preprocess, 2, torch.device("cpu"), 0,
+                                                    views=views)
+    assert hints.shape[0] == embeddings.shape[0] == 4 * 5
+    with torch.no_grad():
+        torch.testing.assert_close(embeddings[1 * 5 + 3], visual(mirrored)[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(embeddings[2 * 5 + 3], visual(upside_down)[0], atol=1e-4, rtol=1e-4)
+    data = feature_hints.FlippedViews(train, loaded.preprocess, (hints, embeddings), views)
+    assert len(data) == 20
+    image, (hint, embedding), error = data[2 * 5 + 3]
+    assert error == "" and torch.equal(embedding, embeddings[13]) and torch.equal(hint, hints[13])
+    torch.testing.assert_close(image.unsqueeze(0), upside_down)
+    with pytest.raises(ValueError, match="targets for 5 images in 2 views"):
+        feature_hints.FlippedViews(train, loaded.preprocess, hints, views[:2])
+
+
 def test_readout_projection_is_the_least_squares_map_to_the_teachers_embeddings(tiny_world):
     """hint_projection: the student's projection becomes the ridge readout of the teacher's image
     embeddings from its normed class token: below a random projection's error, and at a minimum
@@ -317,6 +345,28 @@ def test_distill_hint_stage_teaches_the_students_tower_the_teachers_map(tiny_wor
     load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
 
 
+def test_distill_hints_can_also_teach_the_teachers_image_embeddings(tiny_world, teacher_file, tmp_path):
+    """hint_embedding_weight: L_D between the student's image embedding and the teacher's joins the hints
+    stage (logged as image_ld, falling), here over mirrored views too (hint_flips); both are parts of that
+    stage, so they need hint_epochs."""
+    out = tmp_path / "hints_ld.ckpt"
+    settings = dict(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+                    out=str(out), stage1_epochs=0, stage2_epochs=1, batch_size=16, workers=0, hint_epochs=4,
+                    hint_embedding_weight=1.0, lr=2e-3, hint_flips=["horizontal"])
+    distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings), progress=False)
+    hints = [json.loads(line) for line in out.with_suffix(".log.jsonl").read_text().splitlines()][:4]
+    assert all(r["stage"] == "hints" and "image_ld" in r for r in hints)
+    assert hints[-1]["image_ld"] < hints[0]["image_ld"]
+    load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
+    for change, message in (({"hint_epochs": 0, "hint_flips": []}, "hint_embedding_weight .* needs hint_epochs"),
+                            ({"hint_epochs": 0, "hint_embedding_weight": 0}, "hint_flips .* needs hint_epochs"),
+                            ({"hint_flips": ["diagonal"]}, "hint_flips: unknown \\['diagonal'\\]")):
+        with pytest.raises(ConfigError, match=message):
+            distill_lclip.distill_lclip(distill_lclip.DistillConfig(**{**settings, **change,
+                                                                       "out": str(tmp_path / "x.ckpt")}),
+                                        progress=False)
+
+
 def test_distill_interrupted_in_its_hint_stage_resumes_to_the_same_student(tiny_world, teacher_file, tmp_path,
                                                                           monkeypatch):
     settings = dict(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
@@ -326,11 +376,11 @@ def test_distill_interrupted_in_its_hint_stage_resumes_to_the_same_student(tiny_
     distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, out=str(once)), progress=False)
     real, calls = feature_hints.hint_step, {"n": 0}
 
-    def interrupted(model, batch):
+    def interrupted(model, batch, **terms):
         calls["n"] += 1
         if calls["n"] == 4:  # in the second of three hint epochs (2 steps each)
             raise KeyboardInterrupt
-        return real(model, batch)
+        return real(model, batch, **terms)
 
     monkeypatch.setattr(feature_hints, "hint_step", interrupted)
     with pytest.raises(KeyboardInterrupt):

@@ -180,8 +180,11 @@ def student_state(state: dict[str, torch.Tensor], source: str | Path) -> dict[st
 
 
 def infer_config(state: dict[str, torch.Tensor], source: str | Path, vision_heads: int = 0, text_heads: int = 0,
-                 repeats: int = 2) -> LClipConfig:
+                 repeats: int = 0) -> LClipConfig:
+    """The student's shape from its weights; `repeats` 0 reads it off the per-run norms of the first block
+    (each run of a shared block has its own), a given value must agree with them."""
     stem = stem_shapes(state)
+    repeats = repeats or count_repeats(state)
     try:
         conv = state["image_encoder.conv1.weight"] if not stem else None
         vision_pos = state["image_encoder.positional_embedding"]
@@ -212,14 +215,23 @@ def stem_shapes(state: dict[str, torch.Tensor]) -> list[int]:
     return [state[f"image_encoder.stem.{i}.weight"].shape[0] for i in convs]
 
 
+def count_repeats(state: dict[str, torch.Tensor], default: int = 2) -> int:
+    """Runs of each shared block: how many norms the image tower's first block keeps per position
+    (`default` for weights without them, which no L-CLIP layout here loads)."""
+    prefix = "image_encoder.blocks.0.norm1.instances."
+    runs = {k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)}
+    return len(runs) or default
+
+
 def _count_blocks(state: dict[str, torch.Tensor], tower: str) -> int:
     prefix = f"{tower}.blocks."
     return len({k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)})
 
 
-def load_lclip(path: str | Path, vision_heads: int = 0, text_heads: int = 0, repeats: int = 2,
+def load_lclip(path: str | Path, vision_heads: int = 0, text_heads: int = 0, repeats: int = 0,
                context_length: int | None = None) -> LClip:
-    """Build the student from a DistillCLIP Lightning checkpoint (or a bare student state dict)."""
+    """Build the student from a DistillCLIP Lightning checkpoint (or a bare student state dict); `repeats`
+    0 reads the runs of each shared block off the checkpoint."""
     state = student_state(load_state_dict_file(path), path)
     cfg = infer_config(state, path, vision_heads, text_heads, repeats)
     if context_length is not None and cfg.context_length != context_length:

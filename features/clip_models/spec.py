@@ -17,4 +17,4 @@ class RewardModelSpec:
     token_budget: int = 8192  # tokens per text micro-batch (rows × trimmed length)
     cache_size: int = 100_000  # LRU entries for reference and noun embeddings
     heads: int = 0  # lclip: attention heads per tower (0 = width // 64)
-    repeats: int = 2  # lclip: runs of each shared block
+    repeats: int = 0  # lclip: runs of each shared block (0: read off the checkpoint)

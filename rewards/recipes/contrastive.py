@@ -18,6 +18,11 @@ def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(all_gather(x.contiguous()))
 
 
+def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """L-CLIP's Eq. (1): ½·mean|r_T − r_S| + ½·(1 − cos(r_T, r_S)), averaged over the batch."""
+    return 0.5 * (teacher - student).abs().mean() + 0.5 * (1 - F.cosine_similarity(teacher, student, dim=-1)).mean()
+
+
 def info_nce(image: torch.Tensor, text: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
     """Symmetric CLIP loss on normalised embeddings; row i of each is a matching pair."""
     logits = logit_scale.exp() * image @ text.t()

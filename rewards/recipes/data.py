@@ -267,11 +267,14 @@ class ImagesWithTargets(Dataset):
 
 
 def collate_targets(items: list[tuple]) -> dict:
+    """Images stacked, and targets stacked (a tuple of targets per item: each position stacked)."""
     errors = [error for *_, error in items if error]
     if errors:
         return {"errors": errors}
-    return {"images": torch.stack([image for image, _, _ in items]),
-            "targets": torch.stack([target for _, target, _ in items]), "errors": []}
+    targets = [target for _, target, _ in items]
+    stacked = (tuple(torch.stack(column) for column in zip(*targets, strict=True)) if isinstance(targets[0], tuple)
+               else torch.stack(targets))
+    return {"images": torch.stack([image for image, _, _ in items]), "targets": stacked, "errors": []}
 
 
 @torch.no_grad()

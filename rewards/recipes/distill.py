@@ -32,11 +32,12 @@ from plumbing.atomic import atomic_path, write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
 from rewards.clip.formulas import CLIP_S_PREFIX, clip_s
-from rewards.recipes.contrastive import embed_texts, gather_with_grad, recall_at_1
+from rewards.recipes.contrastive import distill_loss, embed_texts, gather_with_grad, recall_at_1
 from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels, embed_split_images, load_split, pick
 from rewards.recipes.feature_hints import pretrain_on_hints
 from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
+from rewards.recipes.mirror import AXES
 from rewards.recipes.scene_labels import pretrain_on_scene_labels
 from rewards.recipes.training import finished_summary
 
@@ -86,14 +87,17 @@ class DistillConfig(RecipeConfig):
     embed_init: Literal["all", "used"] = option(
         "all", help="the factorised token embedding starts at the truncated SVD of the teacher's whole table "
         "(all) or of the rows the train captions use, weighted by use (used); see init_from_teacher")
+    hint_embedding_weight: float = option(
+        0.0, help="in the hints stage, weight of L_D between the student's image embedding and the teacher's (image "
+        "side only, so the stage stays cheap: the teacher's embeddings are computed once), besides the maps "
+        "(0: off)", at_least=0)
+    hint_flips: list[str] = option(
+        factory=list, help="the hints stage also trains on each train image mirrored on these axes (horizontal, "
+        "vertical; every combination), the teacher's maps and embeddings computed for each view: an epoch then "
+        "passes over every view (image-side targets need no caption, so the flips are free of text rewriting)")
     hint_projection: bool = option(
         False, help="after the hints, the image tower's output projection starts as the least-squares readout of "
         "the teacher's image embeddings from the student's class token, instead of at random (needs hint_epochs)")
-
-
-def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
-    """Eq. (1): ½·mean|r_T − r_S| + ½·(1 − cos(r_T, r_S)), averaged over the batch."""
-    return 0.5 * (teacher - student).abs().mean() + 0.5 * (1 - F.cosine_similarity(teacher, student, dim=-1)).mean()
 
 
 def similarity_regulator(teacher_sim: torch.Tensor, student_sim: torch.Tensor) -> torch.Tensor:
@@ -230,7 +234,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
                                  scenes, cfg.vision_pretrain_epochs)
     if cfg.hint_epochs:
         pretrain_on_hints(run, student.image_encoder, teacher.visual, train, loaded.preprocess, cfg.hint_epochs,
-                          cfg.workers, cfg.hint_projection)
+                          cfg.workers, cfg.hint_projection, cfg.hint_embedding_weight, cfg.hint_flips)
     record: dict = {}
     steps = max(1, len(train) // cfg.batch_size) * cfg.stage1_epochs
     stages = (Stage("stage1", cfg.stage1_epochs, cfg.lr, min(50, steps // 10 + 1)),
@@ -362,6 +366,12 @@ def _validate(cfg: DistillConfig) -> None:
             raise ConfigError(f"{key} ({getattr(cfg, key)}) must be a multiple of repeats ({cfg.repeats})")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
+    if cfg.hint_embedding_weight and not cfg.hint_epochs:
+        raise ConfigError("hint_embedding_weight is a term of the hints stage: it needs hint_epochs")
+    if unknown := sorted(set(cfg.hint_flips) - set(AXES)):
+        raise ConfigError(f"hint_flips: unknown {unknown}; known: {', '.join(AXES)}")
+    if cfg.hint_flips and not cfg.hint_epochs:
+        raise ConfigError("hint_flips are views of the hints stage: it needs hint_epochs")
     if cfg.hint_projection and not cfg.hint_epochs:
         raise ConfigError("hint_projection reads the hint-trained tower: it needs hint_epochs")
     if cfg.vision_pretrain_epochs and not cfg.scenes:

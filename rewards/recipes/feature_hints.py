@@ -13,16 +13,20 @@ teacher's feature scale.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import Dataset
 
 from features.clip_models.lclip import LClipVision
+from rewards.recipes.contrastive import distill_loss
 from rewards.recipes.data import ImagesWithTargets, Split, collate_targets, image_batches, raise_errors
 from rewards.recipes.feature_maps import last_map, last_map_shape
 from rewards.recipes.loop import RecipeRun, Stage, to_channels_last
+from rewards.recipes.mirror import flips
 
 
 def student_side(tower: LClipVision) -> int:
@@ -34,21 +38,60 @@ def hint_side(visual: nn.Module, student: int, device: torch.device) -> int:
     return min(student, last_map_shape(visual, "hint_epochs", device)[1])
 
 
+def flip_images(images: torch.Tensor, axes: tuple[str, ...]) -> torch.Tensor:
+    """[..., H, W] images mirrored on `axes` (horizontal: left-right, vertical: up-down). On a square
+    image the preprocessing (resize, centre crop, per-channel normalisation) commutes with the flip, so
+    flipping its tensor is flipping the picture."""
+    dims = [d for axis, d in (("horizontal", -1), ("vertical", -2)) if axis in axes]
+    return images.flip(dims) if dims else images
+
+
 @torch.no_grad()
 def teacher_hints(visual: nn.Module, split: Split, transform: Callable, side: int, device: torch.device,
-                  workers: int, batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    """The teacher's last map of every image of `split`, pooled to side x side: [N, side², C], each
-    token layer-normed; and, from the same forward, its image embeddings [N, d] (not normalised)."""
+                  workers: int, batch_size: int = 256, views: Sequence[tuple[str, ...]] = ((),)
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher's last map of every image of `split` in each of `views` (flips; view-major rows),
+    pooled to side x side: [V·N, side², C], each token layer-normed; and, from the same forward, its
+    image embeddings [V·N, d] (not normalised)."""
     grid = last_map(visual, "hint_epochs", embedding=True)
-    maps, embeddings = [], []
+    maps: list[list[torch.Tensor]] = [[] for _ in views]
+    embeddings: list[list[torch.Tensor]] = [[] for _ in views]
     for batch in image_batches(split, transform, workers, batch_size):
         raise_errors(batch)
-        out = grid(batch["images"].to(device))
-        pooled = F.adaptive_avg_pool2d(out["map"].float(), side).flatten(2).transpose(1, 2)
-        # a tiny eps: an untrained teacher's maps can be small, and the default eps would flatten them
-        maps.append(F.layer_norm(pooled, pooled.shape[-1:], eps=1e-12).cpu())
-        embeddings.append(out["embedding"].float().cpu())
-    return torch.cat(maps), torch.cat(embeddings)
+        for view, axes in enumerate(views):
+            out = grid(flip_images(batch["images"], axes).to(device))
+            pooled = F.adaptive_avg_pool2d(out["map"].float(), side).flatten(2).transpose(1, 2)
+            # a tiny eps: an untrained teacher's maps can be small, and the default eps would flatten them
+            maps[view].append(F.layer_norm(pooled, pooled.shape[-1:], eps=1e-12).cpu())
+            embeddings[view].append(out["embedding"].float().cpu())
+    return (torch.cat([m for view in maps for m in view]),
+            torch.cat([e for view in embeddings for e in view]))
+
+
+class FlippedViews(Dataset):
+    """Every image of a split in each of `views` (view-major: all images unflipped first, when the
+    first view is no flip), with the targets of that view: the hints' data when the teacher is asked
+    about mirrored pictures too (its answers need no caption, so any flip is free)."""
+
+    def __init__(self, split: Split, transform: Callable, targets: torch.Tensor | tuple[torch.Tensor, ...],
+                 views: Sequence[tuple[str, ...]]):
+        self.images = ImagesWithTargets(split, transform, torch.zeros(len(split)))
+        self.views, self.targets = list(views), targets
+        for column in targets if isinstance(targets, tuple) else (targets,):
+            if len(column) != len(views) * len(split):
+                raise ValueError(f"{len(column)} targets for {len(split)} images in {len(views)} views")
+
+    def __len__(self) -> int:
+        return len(self.views) * len(self.images)
+
+    def set_epoch(self, epoch: int) -> None:  # the loop's hook; nothing here depends on the epoch
+        pass
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor | None, torch.Tensor | tuple[torch.Tensor, ...], str]:
+        view, row = divmod(index, len(self.images))
+        image, _, error = self.images[row]
+        target = tuple(t[index] for t in self.targets) if isinstance(self.targets, tuple) else self.targets[index]
+        return (None if image is None else flip_images(image, self.views[view])), target, error
 
 
 class HintProbe(nn.Module):
@@ -60,37 +103,52 @@ class HintProbe(nn.Module):
         self.tower, self.side = tower, side
         self.adapter = nn.Linear(tower.positional_embedding.shape[1], channels)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        patches = self.tower.tokens(to_channels_last(images))[:, 1:]
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The predicted map tokens [B, side², channels] and the tower's image embedding [B, d]."""
+        tokens = self.tower.tokens(to_channels_last(images))
+        patches = tokens[:, 1:]
         batch, count, width = patches.shape
         own = math.isqrt(count)
         grid = patches.transpose(1, 2).reshape(batch, width, own, own)
-        return self.adapter(F.adaptive_avg_pool2d(grid, self.side).flatten(2).transpose(1, 2))
+        embedding = self.tower.ln_post(tokens[:, 0]) @ self.tower.proj
+        return self.adapter(F.adaptive_avg_pool2d(grid, self.side).flatten(2).transpose(1, 2)), embedding
 
 
-def hint_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean squared error between the layer-normed predicted tokens and the teacher's."""
-    predicted = model(batch["images"]).float()
-    predicted = F.layer_norm(predicted, predicted.shape[-1:])
-    target = batch["targets"]
+def hint_step(model: nn.Module, batch: dict, embedding_weight: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """Mean squared error between the layer-normed predicted tokens and the teacher's; with
+    `embedding_weight`, plus that weight times L_D (Eq. 1) between the tower's image embedding and the
+    teacher's (batch["targets"] is then (maps, embeddings))."""
+    target, teacher_embedding = batch["targets"] if embedding_weight else (batch["targets"], None)
+    predicted, embedding = model(batch["images"])
+    predicted = F.layer_norm(predicted.float(), predicted.shape[-1:])
     loss = F.mse_loss(predicted, target)
     with torch.no_grad():
-        cosine = F.cosine_similarity(predicted, target, dim=-1).mean()
-    return loss, {"hint_cosine": float(cosine)}
+        parts = {"hint_cosine": float(F.cosine_similarity(predicted, target, dim=-1).mean())}
+    if teacher_embedding is not None:
+        image_ld = distill_loss(teacher_embedding, embedding.float())
+        loss = loss + embedding_weight * image_ld
+        parts["image_ld"] = image_ld.item()
+    return loss, parts
 
 
 def pretrain_on_hints(run: RecipeRun, tower: LClipVision, teacher_visual: nn.Module, split: Split,
-                      transform: Callable, epochs: int, workers: int, fit_projection: bool = False) -> None:
+                      transform: Callable, epochs: int, workers: int, fit_projection: bool = False,
+                      embedding_weight: float = 0.0, flip_axes: Sequence[str] = ()) -> None:
     """Train `tower` on the teacher's feature maps of `split` for `epochs`, as the resumable stage
-    "hints" of `run`; the adapter is dropped afterwards. With `fit_projection`, the tower's output
-    projection then starts as the least-squares readout of the teacher's embeddings (`readout_projection`)."""
+    "hints" of `run`; the adapter is dropped afterwards. With `embedding_weight`, the tower's image
+    embedding also learns the teacher's (L_D, image side only: the teacher's embeddings come from the
+    same one forward as its maps). With `fit_projection`, the tower's output projection then starts as
+    the least-squares readout of the teacher's embeddings (`readout_projection`)."""
     side = hint_side(teacher_visual, student_side(tower), run.device)
-    hints, embeddings = teacher_hints(teacher_visual, split, transform, side, run.device, workers)
+    views = [(), *flips(tuple(flip_axes))]
+    hints, embeddings = teacher_hints(teacher_visual, split, transform, side, run.device, workers, views=views)
     probe = HintProbe(tower, hints.shape[-1], side)
     stage = Stage("hints", epochs, run.cfg.lr, run.cfg.warmup_steps)
-    run.fit(probe, ImagesWithTargets(split, transform, hints), collate_targets, hint_step, stage)
-    if fit_projection:
-        readout_projection(tower, embeddings, split, transform, run.device, workers)
+    targets = (hints, embeddings) if embedding_weight else hints
+    step = partial(hint_step, embedding_weight=embedding_weight)
+    run.fit(probe, FlippedViews(split, transform, targets, views), collate_targets, step, stage)
+    if fit_projection:  # on the pictures as they are: the first view's rows
+        readout_projection(tower, embeddings[: len(split)], split, transform, run.device, workers)
 
 
 @torch.no_grad()
