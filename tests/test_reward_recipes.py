@@ -26,6 +26,7 @@ from rewards.recipes.data import load_split
 from rewards.recipes.detail_units import DetailSegmenter, split_scores
 from rewards.recipes.specificity import sample_triplets, shuffle_tokens
 from rewards.recipes.specs import TrainSpecsConfig, dynamic_margin_hinge, specs_loss
+from tests.captioner_fixtures import launch_two_processes
 from tests.clip_fixtures import save_open_clip
 
 
@@ -390,6 +391,23 @@ def test_distill_interrupted_in_its_hint_stage_resumes_to_the_same_student(tiny_
     distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings, out=str(twice)), progress=False)
     first, second = (torch.load(path, weights_only=True)["state_dict"] for path in (once, twice))
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_distill_runs_under_two_processes(tiny_world, teacher_file, tmp_path):
+    """`accelerate launch` with two processes through scene labels, hints and both stages: DDP waits for
+    every parameter that asks for a gradient, so the parameters no stage's loss reads (the tower's output
+    norm and projection in the hints without their embedding term, the student's temperature) ask for none."""
+    import yaml
+
+    out = tmp_path / "ddp.ckpt"
+    config = tmp_path / "ddp.yaml"
+    config.write_text(yaml.safe_dump(dict(
+        teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
+        scenes=str(tiny_world / "scenes.json"), out=str(out), batch_size=16, workers=0, vision_pretrain_epochs=1,
+        hint_epochs=1, stage1_epochs=1, stage2_epochs=1, negatives="world")))
+    result = launch_two_processes(config, "rewards.distill_lclip")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
 
 
 def test_recipe_bad_inputs(tiny_world, teacher_file, tmp_path):

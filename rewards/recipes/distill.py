@@ -217,6 +217,9 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
                        allow_outside_root=cfg.allow_outside_root)
     counts = token_counts(tokenizer, train, student.config.vocab_size) if cfg.embed_init == "used" else None
     init_from_teacher(student, teacher, counts)
+    # the temperature stays the teacher's: no loss here reads the student's, and DDP waits for every
+    # parameter that asks for a gradient
+    student.logit_scale.requires_grad_(False)
     val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                      allow_outside_root=cfg.allow_outside_root)
     for split in (train, val):

@@ -146,7 +146,16 @@ def pretrain_on_hints(run: RecipeRun, tower: LClipVision, teacher_visual: nn.Mod
     stage = Stage("hints", epochs, run.cfg.lr, run.cfg.warmup_steps)
     targets = (hints, embeddings) if embedding_weight else hints
     step = partial(hint_step, embedding_weight=embedding_weight)
-    run.fit(probe, FlippedViews(split, transform, targets, views), collate_targets, step, stage)
+    # without the embedding term the tower's output norm and projection get no gradient: left out, so that
+    # DDP (several processes) does not wait for theirs
+    unused = [] if embedding_weight else [tower.proj, *tower.ln_post.parameters()]
+    for param in unused:
+        param.requires_grad_(False)
+    try:
+        run.fit(probe, FlippedViews(split, transform, targets, views), collate_targets, step, stage)
+    finally:
+        for param in unused:
+            param.requires_grad_(True)
     if fit_projection:  # on the pictures as they are: the first view's rows
         readout_projection(tower, embeddings[: len(split)], split, transform, run.device, workers)
 
