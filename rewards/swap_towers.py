@@ -32,6 +32,7 @@ from plumbing.device import pick_device
 from plumbing.errors import ConfigError
 from plumbing.tables import format_table
 from rewards.recipes.data import cache_pixels, load_split
+from rewards.recipes.feature_maps import image_side
 from rewards.recipes.foil_report import foil_accuracy
 
 
@@ -76,9 +77,7 @@ def swap(cfg: SwapTowersConfig) -> dict:
 def _check_student(student: LClipConfig, teacher: torch.nn.Module, cfg: SwapTowersConfig) -> None:
     """The cross pairings need one embedding space, one image size and one text context."""
     sizes = {"embedding size": (student.embed_dim, int(teacher.text_projection.shape[1])),
-             "image size": (student.image_size, int(teacher.visual.image_size[0]
-                                                     if isinstance(teacher.visual.image_size, tuple)
-                                                     else teacher.visual.image_size)),
+             "image size": (student.image_size, image_side(teacher.visual)),
              "text positions": (student.context_length, int(teacher.context_length))}
     for what, (own, teachers) in sizes.items():
         if own != teachers:

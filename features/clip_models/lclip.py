@@ -218,14 +218,16 @@ def stem_shapes(state: dict[str, torch.Tensor]) -> list[int]:
 def count_repeats(state: dict[str, torch.Tensor], default: int = 2) -> int:
     """Runs of each shared block: how many norms the image tower's first block keeps per position
     (`default` for weights without them, which no L-CLIP layout here loads)."""
-    prefix = "image_encoder.blocks.0.norm1.instances."
-    runs = {k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)}
-    return len(runs) or default
+    return len(_indices(state, "image_encoder.blocks.0.norm1.instances.")) or default
 
 
 def _count_blocks(state: dict[str, torch.Tensor], tower: str) -> int:
-    prefix = f"{tower}.blocks."
-    return len({k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)})
+    return len(_indices(state, f"{tower}.blocks."))
+
+
+def _indices(state: dict[str, torch.Tensor], prefix: str) -> set[str]:
+    """The distinct indices right after `prefix` among the keys (the entries of a ModuleList there)."""
+    return {k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)}
 
 
 def load_lclip(path: str | Path, vision_heads: int = 0, text_heads: int = 0, repeats: int = 0,

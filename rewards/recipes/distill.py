@@ -35,6 +35,7 @@ from rewards.clip.formulas import CLIP_S_PREFIX, clip_s
 from rewards.recipes.contrastive import distill_loss, embed_texts, gather_with_grad, recall_at_1
 from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels, embed_split_images, load_split, pick
 from rewards.recipes.feature_hints import pretrain_on_hints
+from rewards.recipes.feature_maps import image_side
 from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES
@@ -112,7 +113,7 @@ def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
     """The student's shape: the teacher's sizes where it is a ViT; for another image tower (a ResNet)
     the student's image tower is a conv stem and multiplexed blocks of `vision_width`."""
     visual = teacher.visual
-    size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else int(visual.image_size)
+    size = image_side(visual)
     text_width = teacher.ln_final.weight.shape[0]
     embed_dim = teacher.text_projection.shape[1]
     if _is_vit(visual):

@@ -29,12 +29,17 @@ def last_map(visual: nn.Module, option: str, embedding: bool = True
     return forward
 
 
+def image_side(visual: nn.Module) -> int:
+    """The side of the square images an open_clip image tower takes (its `image_size`: an int or a pair)."""
+    size = visual.image_size
+    return int(size[0] if isinstance(size, (tuple, list)) else size)
+
+
 @torch.no_grad()
 def last_map_shape(visual: nn.Module, option: str, device: torch.device | str = "cpu") -> tuple[int, int]:
     """(channels, side) of the tower's last map, from one blank image (in eval mode, so batch norms
     keep their statistics)."""
-    size = visual.image_size
-    side = size[0] if isinstance(size, (tuple, list)) else int(size)
+    side = image_side(visual)
     was_training = visual.training
     visual.eval()
     grid = last_map(visual, option, embedding=False)(torch.zeros(1, 3, side, side, device=device))["map"]
