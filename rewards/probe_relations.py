@@ -6,7 +6,8 @@ of / right of; vertical: above / below):
 
   relation foils   the world's rendered relation foils on --split, short and long: accuracy (chance
                    0.5) and the mean cosine between the true caption's and the foil's text embeddings
-                   (near 1: the text tower hardly tells the relation words apart);
+                   (near 1: the text tower hardly tells the relation words apart); captions
+                   open with CLIP-S's "A photo depicts ", or --caption-prefix ('' as SPECS reads them);
   positions        a ridge readout from the image embedding alone to the centre of every shape
                    (colour) unique in its scene, fitted on --fit-split, read on --split: R² and how
                    often it orders two objects as the scene does;
@@ -36,6 +37,7 @@ from plumbing.cli import command, config_parser, parse_config, print_result
 from plumbing.config import option
 from plumbing.device import pick_device
 from plumbing.tables import format_table
+from rewards.clip.formulas import CLIP_S_PREFIX
 from rewards.recipes.data import Split, embed_split_images, load_split
 from rewards.recipes.foil_report import judge_foils, split_foils
 from rewards.recipes.relation_probe import read_facts, read_positions, read_relations, relation_foils_by_axis
@@ -50,6 +52,8 @@ class ProbeRelationsConfig:
     split: str = option("val", help="the split that is measured")
     fit_split: str = option("train", help="the split the position readout is fitted on")
     seed: int = option(0, help="random seed of the foils")
+    caption_prefix: str | None = option(None, help="the opening put before every caption and foil of the relation "
+                                        "foils (default: CLIP-S's \"A photo depicts \"; '' reads them as SPECS does)")
     device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
     workers: int = option(0, help="image-decoding workers", at_least=0)
     out: str | None = option(None, help="also write the JSON result here")
@@ -71,10 +75,11 @@ def probe(cfg: ProbeRelationsConfig) -> dict:
     images = embed(measured)
     items = split_foils(measured, scenes, cfg.seed, str(scenes_path))
     judged = judge_foils(images, clip_text_forward(model), ClipTokenizer(int(model.context_length)), items,
-                         "clip_s", device)
+                         "clip_s", device, cfg.caption_prefix)
     scenes_of = [scenes[image_id] for image_id in measured.image_ids]
     fit_images, fit_scenes = embed(fitted), [scenes[i] for i in fitted.image_ids]
-    return {"model": loaded.source, "split": cfg.split, "fit_split": cfg.fit_split,
+    prefix = CLIP_S_PREFIX if cfg.caption_prefix is None else cfg.caption_prefix
+    return {"model": loaded.source, "split": cfg.split, "fit_split": cfg.fit_split, "caption_prefix": prefix,
             "relation_foils": relation_foils_by_axis(judged, scenes_of),
             "positions": read_positions(fit_images, fit_scenes, images, scenes_of),
             "relations": read_relations(fit_images, fit_scenes, images, scenes_of),
@@ -95,7 +100,8 @@ def tables(result: dict) -> str:
                          [[r["fact"], r["images"], f"{r['accuracy']:.3f}", f"{r['majority']:.3f}"]
                           for r in result["facts"]])
     read = f"(fitted on {result['fit_split']}, read on {result['split']})"
-    return (f"relation foils of {result['model']} ({result['split']}; clip_s; chance 0.5):\n{foils}\n\n"
+    return (f"relation foils of {result['model']} ({result['split']}; clip_s, captions after "
+            f"{result['caption_prefix']!r}; chance 0.5):\n{foils}\n\n"
             f"object centres read linearly from the image embedding {read}:\n{positions}\n\n"
             f"relations read from the image embedding by the best vectors per colour and shape {read}:\n"
             f"{relations}\n\n"

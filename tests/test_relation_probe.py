@@ -104,7 +104,8 @@ def test_probe_prints_its_tables_and_writes_json(tiny_world, tmp_path, capsys):
     assert probe_relations.main(["--arch", "world-clip-tiny", "--world", str(tiny_world), "--fit-split", "train",
                                  "--device", "cpu", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "relation foils of random-init (val; clip_s; chance 0.5)" in printed and "order by colour" in printed
+    assert "relation foils of random-init (val; clip_s, captions after 'A photo depicts '; chance 0.5)" in printed
+    assert "order by colour" in printed
     assert "scene facts read linearly" in printed and "background" in printed
     assert "relations read from the image embedding by the best vectors" in printed
     result = json.loads(printed.strip().splitlines()[-1])
@@ -119,6 +120,32 @@ def test_probe_prints_its_tables_and_writes_json(tiny_world, tmp_path, capsys):
     assert [r["axis"] for r in result["relations"]] == ["horizontal", "vertical"]
     assert all(0 <= r["accuracy"] <= 1 and r["pairs"] > 0 for r in result["relations"])
     assert all(0 <= r["accuracy"] <= 1 and 0 < r["majority"] <= 1 for r in result["facts"])
+
+
+def test_the_caption_prefix_is_what_the_text_tower_reads(tiny_world):
+    """judge_foils puts the formula's own opening before every caption and foil, or the one it is given
+    ('' reads them bare, as SPECS does): the token rows the text tower receives say which."""
+    from features.clip_models.tokens import ClipTokenizer
+    from rewards.recipes.foil_report import judge_foils
+
+    val = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "val")
+    items = split_foils(val, load_scenes(tiny_world / "scenes.json"))
+    tokenizer = ClipTokenizer(248)
+
+    def texts_read(prefix):
+        seen = []
+
+        def encode_text(tokens):
+            seen.extend(tuple(i for i in row if i) for row in tokens.tolist())
+            return torch.randn(len(tokens), 8)
+
+        judge_foils(torch.randn(len(items), 8), encode_text, tokenizer, items, "clip_s", torch.device("cpu"), prefix)
+        return seen
+
+    captions = [it["caption"] for it in items] + [f["caption"] for it in items for f in it["foils"] if "caption" in f]
+    for prefix, opening in ((None, "A photo depicts "), ("", ""), ("an image of ", "an image of ")):
+        wanted = {tuple(ids) for ids in tokenizer.ids([opening + c for c in captions])}
+        assert wanted <= set(texts_read(prefix)), prefix
 
 
 def test_probe_names_a_missing_scenes_file_and_an_image_without_a_scene(tiny_world, tmp_path, capsys):

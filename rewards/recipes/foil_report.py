@@ -94,11 +94,13 @@ def split_foils(split: Split, scenes: dict[int, Scene], seed: int = 0, scenes_pa
 
 @torch.no_grad()
 def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipTokenizer, items: list[dict],
-                formula: str, device: torch.device) -> list[FoilJudgement]:
+                formula: str, device: torch.device, prefix: str | None = None) -> list[FoilJudgement]:
     """Every foil of every item judged against its true caption, short and long, with the model's
     formula on the images' normalised embeddings [N, d] (row i = item i). An item or foil without
-    a field ("long_caption": a kind the builder could change in one wording only) sits that one out."""
-    prefix, score = FORMULAS[formula]
+    a field ("long_caption": a kind the builder could change in one wording only) sits that one out.
+    `prefix` replaces the formula's own opening (clip_s': "A photo depicts ") on every text."""
+    own_prefix, score = FORMULAS[formula]
+    prefix = own_prefix if prefix is None else prefix
     judged = []
     for field, label in (("caption", "short"), ("long_caption", "long")):
         rows = [row for row, item in enumerate(items) if field in item]
