@@ -53,7 +53,8 @@ class ProbeRelationsConfig:
     fit_split: str = option("train", help="the split the position readout is fitted on")
     seed: int = option(0, help="random seed of the foils")
     caption_prefix: str | None = option(None, help="the opening put before every caption and foil of the relation "
-                                        "foils (default: CLIP-S's \"A photo depicts \"; '' reads them as SPECS does)")
+                                        "foils, a space after it (default: CLIP-S's \"A photo depicts \"; '' reads "
+                                        "them as SPECS does)")
     device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
     workers: int = option(0, help="image-decoding workers", at_least=0)
     out: str | None = option(None, help="also write the JSON result here")
@@ -74,16 +75,22 @@ def probe(cfg: ProbeRelationsConfig) -> dict:
 
     images = embed(measured)
     items = split_foils(measured, scenes, cfg.seed, str(scenes_path))
+    prefix = CLIP_S_PREFIX if cfg.caption_prefix is None else opening(cfg.caption_prefix)
     judged = judge_foils(images, clip_text_forward(model), ClipTokenizer(int(model.context_length)), items,
-                         "clip_s", device, cfg.caption_prefix)
+                         "clip_s", device, prefix)
     scenes_of = [scenes[image_id] for image_id in measured.image_ids]
     fit_images, fit_scenes = embed(fitted), [scenes[i] for i in fitted.image_ids]
-    prefix = CLIP_S_PREFIX if cfg.caption_prefix is None else cfg.caption_prefix
     return {"model": loaded.source, "split": cfg.split, "fit_split": cfg.fit_split, "caption_prefix": prefix,
             "relation_foils": relation_foils_by_axis(judged, scenes_of),
             "positions": read_positions(fit_images, fit_scenes, images, scenes_of),
             "relations": read_relations(fit_images, fit_scenes, images, scenes_of),
             "facts": read_facts(fit_images, fit_scenes, images, scenes_of)}
+
+
+def opening(prefix: str) -> str:
+    """A prefix as a caption's opening: a YAML value or --set loses its trailing space, which would glue
+    the prefix's last word to the caption's first."""
+    return prefix if not prefix or prefix[-1].isspace() else prefix + " "
 
 
 def tables(result: dict) -> str:

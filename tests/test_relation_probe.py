@@ -148,6 +148,12 @@ def test_the_caption_prefix_is_what_the_text_tower_reads(tiny_world):
         assert wanted <= set(texts_read(prefix)), prefix
 
 
+def test_a_prefix_given_without_its_space_still_opens_the_caption():
+    assert probe_relations.opening("an image of") == "an image of "
+    assert probe_relations.opening("an image of ") == "an image of "
+    assert probe_relations.opening("") == ""
+
+
 def test_probe_names_a_missing_scenes_file_and_an_image_without_a_scene(tiny_world, tmp_path, capsys):
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world)

@@ -98,7 +98,7 @@ def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipToke
     """Every foil of every item judged against its true caption, short and long, with the model's
     formula on the images' normalised embeddings [N, d] (row i = item i). An item or foil without
     a field ("long_caption": a kind the builder could change in one wording only) sits that one out.
-    `prefix` replaces the formula's own opening (clip_s': "A photo depicts ") on every text."""
+    `prefix` replaces the formula's own opening (for clip_s "A photo depicts ") on every text."""
     own_prefix, score = FORMULAS[formula]
     prefix = own_prefix if prefix is None else prefix
     judged = []
