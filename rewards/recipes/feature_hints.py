@@ -96,21 +96,22 @@ class FlippedViews(Dataset):
 
 class HintProbe(nn.Module):
     """The student's image tower, its patch tokens pooled to the hints' grid, a linear adapter to
-    the teacher's channels."""
+    the teacher's channels; with `embedding`, also the tower's image embedding."""
 
-    def __init__(self, tower: LClipVision, channels: int, side: int):
+    def __init__(self, tower: LClipVision, channels: int, side: int, embedding: bool = False):
         super().__init__()
-        self.tower, self.side = tower, side
+        self.tower, self.side, self.embedding = tower, side, embedding
         self.adapter = nn.Linear(tower.positional_embedding.shape[1], channels)
 
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The predicted map tokens [B, side², channels] and the tower's image embedding [B, d]."""
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The predicted map tokens [B, side², channels] and the tower's image embedding [B, d] (None
+        without `embedding`: the hints alone never read it)."""
         tokens = self.tower.tokens(to_channels_last(images))
         patches = tokens[:, 1:]
         batch, count, width = patches.shape
         own = math.isqrt(count)
         grid = patches.transpose(1, 2).reshape(batch, width, own, own)
-        embedding = self.tower.ln_post(tokens[:, 0]) @ self.tower.proj
+        embedding = self.tower.ln_post(tokens[:, 0]) @ self.tower.proj if self.embedding else None
         return self.adapter(F.adaptive_avg_pool2d(grid, self.side).flatten(2).transpose(1, 2)), embedding
 
 
@@ -142,7 +143,7 @@ def pretrain_on_hints(run: RecipeRun, tower: LClipVision, teacher_visual: nn.Mod
     side = hint_side(teacher_visual, student_side(tower), run.device)
     views = [(), *flips(tuple(flip_axes))]
     hints, embeddings = teacher_hints(teacher_visual, split, transform, side, run.device, workers, views=views)
-    probe = HintProbe(tower, hints.shape[-1], side)
+    probe = HintProbe(tower, hints.shape[-1], side, embedding=bool(embedding_weight))
     stage = Stage("hints", epochs, run.cfg.lr, run.cfg.warmup_steps)
     targets = (hints, embeddings) if embedding_weight else hints
     step = partial(hint_step, embedding_weight=embedding_weight)
