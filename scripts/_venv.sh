@@ -14,7 +14,13 @@ wanted="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$wanted" ]; then
   echo "[rlcap] installing rlcap and its dependencies into $VENV (first run takes a few minutes)"
   # torch/torchvision pins come from this machine's disk through the pip constraint file.
-  "$PY" -m pip install --disable-pip-version-check -q -e "$ROOT[dev]"
+  if ! "$PY" -m pip install --disable-pip-version-check -q -e "$ROOT[dev]"; then
+    # the commonest cause on a shared machine is a full disk, which pip names only deep in its traceback
+    free_gb="$(df -Pk "$VENV" | awk 'NR == 2 {printf "%.1f", $4 / 1048576}')"
+    echo "[rlcap] installing into $VENV failed (pip's message above); $free_gb GB free on its disk," \
+         "and the environment takes about 6.5 GB with torch" >&2
+    exit 1
+  fi
   echo "$wanted" > "$STAMP"
 else
   echo "[rlcap] $VENV is up to date"
