@@ -68,3 +68,25 @@ def test_a_student_of_another_shape_and_missing_arguments_are_named(tiny_world, 
     assert str(other) in err and "embedding size 32" in err and "128" in err
     assert swap_towers.main(["--teacher", str(teacher_path), "--world", str(tiny_world)]) == 2
     assert "--student" in capsys.readouterr().err
+
+
+def test_a_remembered_tower_runs_once_per_distinct_batch():
+    """Each tower serves two pairings: the second sees the same batches and gets the first's outputs,
+    keyed by content (an equal tensor built anew hits; one changed element, shape or dtype does not)."""
+    calls = []
+
+    def encode(batch):
+        calls.append(batch.shape)
+        return batch.float() * 2
+
+    tower = swap_towers.remembered(encode)
+    tokens = torch.tensor([[49406, 320, 49407]])
+    first = tower(tokens)
+    assert torch.equal(tower(tokens.clone()), first) and len(calls) == 1
+    changed = tokens.clone()
+    changed[0, 1] = 321
+    tower(changed)
+    tower(tokens.float())
+    tower(tokens.view(3, 1))
+    tower(torch.ones(2, 2, dtype=torch.bfloat16))
+    assert len(calls) == 5
