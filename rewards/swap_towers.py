@@ -32,9 +32,9 @@ from plumbing.config import option
 from plumbing.device import pick_device
 from plumbing.errors import ConfigError
 from plumbing.tables import format_table
-from rewards.recipes.data import cache_pixels, load_split
+from rewards.recipes.data import cache_pixels, embed_split_images, load_split
 from rewards.recipes.feature_maps import image_side
-from rewards.recipes.foil_report import foil_accuracy
+from rewards.recipes.foil_report import build_foils, judge_split
 
 
 @dataclass
@@ -61,24 +61,24 @@ def swap(cfg: SwapTowersConfig) -> dict:
     world = Path(cfg.world)
     split = load_split(str(world / "dataset.json"), str(world), cfg.split, cfg.max_images)
     cache_pixels(split, loaded.preprocess, 2048, cfg.workers)
-    images = {"teacher": remembered(teacher.encode_image), "student": remembered(student.encode_image)}
+    foils = build_foils(split, str(world / "scenes.json"))  # the same foils for every pairing
+    images = {name: embed_split_images(encode, split, loaded.preprocess, device, cfg.workers)
+              for name, encode in (("teacher", teacher.encode_image), ("student", student.encode_image))}
     texts = {"teacher": remembered(clip_text_forward(teacher)), "student": remembered(student.encode_text)}
     tokenizer = ClipTokenizer(int(teacher.context_length))
     pairings = []
     for image, text in (("teacher", "teacher"), ("student", "student"), ("teacher", "student"),
                         ("student", "teacher")):
-        with torch.no_grad():
-            report = foil_accuracy(images[image], texts[text], tokenizer, split, loaded.preprocess,
-                                   str(world / "scenes.json"), "clip_s", device, cfg.workers)
+        report = judge_split(foils, images[image], texts[text], tokenizer, "clip_s", device)
         pairings.append({"image": image, "text": text, "world_foils": report.rendered,
                          "reference_foils": report.references})
     return {"teacher": cfg.teacher, "student": cfg.student, "split": cfg.split, "pairings": pairings}
 
 
 def remembered(encode: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`encode`, run once per distinct input: each tower serves two of the four pairings, and
-    foil_accuracy feeds it the same batches both times (keyed by content, so the outputs are the ones
-    a second run would give, not a near copy)."""
+    """A text tower, run once per distinct batch: it serves two of the four pairings, and judge_split
+    feeds it the same token batches both times (keyed by content, so the outputs are the ones a second
+    run would give, not a near copy)."""
     seen: dict[tuple, torch.Tensor] = {}
 
     def forward(batch: torch.Tensor) -> torch.Tensor:
@@ -91,7 +91,7 @@ def remembered(encode: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torc
 
 
 def _digest(batch: torch.Tensor) -> bytes:
-    raw = batch.detach().contiguous().cpu().reshape(-1).view(torch.uint8)  # any dtype, bf16 too
+    raw = batch.detach().contiguous().cpu().reshape(-1).view(torch.uint8)  # any dtype
     return hashlib.sha1(raw.numpy().tobytes()).digest()
 
 

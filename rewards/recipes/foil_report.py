@@ -53,23 +53,44 @@ class FoilReport:
     reference_images: int  # how many val images the references' table read
 
 
+@dataclass(frozen=True)
+class SplitFoils:
+    rendered: list[dict]  # the rendered foils, one item per image of the split (row order)
+    worded: list[dict]  # the foils in the references' wording, on the split's first images
+    worded_rows: list[int]  # each worded item's image, as a row of the split
+    reference_images: int  # how many images the worded foils read
+
+
+def build_foils(split: Split, scenes_path: str, seed: int = 0, reference_images: int = REFERENCE_IMAGES) -> SplitFoils:
+    """Both foil sets of the split's images (the references' wording on its first `reference_images`):
+    built once, then judged with any pair of towers (`judge_split`)."""
+    scenes = load_scenes(scenes_path)
+    rendered = split_foils(split, scenes, seed, scenes_path)  # first: it names an image without a scene
+    rows = list(range(min(reference_images, len(split))))
+    captions = {split.image_ids[r]: (split.short[r], split.long[r]) for r in rows}
+    worded = reference_foils(scenes, captions, [split.image_ids[r] for r in rows], seed)
+    row_of = {image_id: row for row, image_id in enumerate(split.image_ids)}
+    return SplitFoils(rendered, worded, [row_of[item["image_id"]] for item in worded], len(rows))
+
+
+@torch.no_grad()
+def judge_split(foils: SplitFoils, images: torch.Tensor, encode_text: Callable, tokenizer: ClipTokenizer,
+                formula: str, device: torch.device) -> FoilReport:
+    """Both tables, from the split's normalised image embeddings [N, d] (row order) and a text tower."""
+    rendered, _ = _accuracy(judge_foils(images, encode_text, tokenizer, foils.rendered, formula, device))
+    judged = judge_foils(images[foils.worded_rows], encode_text, tokenizer, foils.worded, formula, device)
+    references, counts = _accuracy(judged)
+    return FoilReport(rendered, references, counts, foils.reference_images)
+
+
 @torch.no_grad()
 def foil_accuracy(encode_image: Callable, encode_text: Callable, tokenizer: ClipTokenizer, split: Split,
                   transform: Callable, scenes_path: str, formula: str, device: torch.device, workers: int = 0,
                   seed: int = 0, reference_images: int = REFERENCE_IMAGES) -> FoilReport:
     """Both foil tables on the split's images (the references' one on its first `reference_images`)."""
-    scenes = load_scenes(scenes_path)
-    items = split_foils(split, scenes, seed, scenes_path)
+    foils = build_foils(split, scenes_path, seed, reference_images)
     images = embed_split_images(encode_image, split, transform, device, workers)
-    rendered, _ = _accuracy(judge_foils(images, encode_text, tokenizer, items, formula, device))
-    rows = list(range(min(reference_images, len(split))))
-    captions = {split.image_ids[r]: (split.short[r], split.long[r]) for r in rows}
-    worded = reference_foils(scenes, captions, [split.image_ids[r] for r in rows], seed)
-    row_of = {image_id: row for row, image_id in enumerate(split.image_ids)}
-    worded_images = images[[row_of[item["image_id"]] for item in worded]]
-    judged = judge_foils(worded_images, encode_text, tokenizer, worded, formula, device)
-    references, counts = _accuracy(judged)
-    return FoilReport(rendered, references, counts, len(rows))
+    return judge_split(foils, images, encode_text, tokenizer, formula, device)
 
 
 def _accuracy(judged: list[FoilJudgement]) -> tuple[dict, dict]:
