@@ -138,3 +138,60 @@ def test_text_bench_times_both_forwards_and_checks_they_agree(tiny_world, tmp_pa
     assert min(tokenizer["ours_s"], tokenizer["cold_s"], tokenizer["ref_s"]) > 0
     assert bench.main(["text", "--world", str(tmp_path), "--arch", TINY_ARCH]) != 0  # no world there
     assert "dataset.json: not found" in capsys.readouterr().err
+
+
+def _outputs_and_grads(forward, module: torch.nn.Module) -> tuple[torch.Tensor, list]:
+    out = forward()
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    params = [p for p in module.parameters() if p.requires_grad]
+    return out.detach(), list(torch.autograd.grad((out * weights).sum(), params, allow_unused=True))
+
+
+def _same_grads(got: list, want: list) -> None:
+    for g, w in zip(got, want, strict=True):
+        if w is None or g is None:
+            assert (g is None or not g.any()) and (w is None or not w.any())
+            continue
+        scale = float(w.abs().max()) or 1.0
+        assert float((g - w).abs().max()) <= 1e-5 * scale + 1e-7, (g - w).abs().max() / scale
+
+
+def test_the_last_block_run_at_the_pooled_positions_alone_gives_open_clips_outputs_and_gradients(tiny_world):
+    torch.manual_seed(0)
+    model = load_open_clip(TINY_ARCH).model
+    tokens, _ = _world_batch(tiny_world, ClipTokenizer(int(model.context_length)))
+    tokens = tokens[tokens.argmax(dim=1) > 0]  # open_clip's own forward has no empty texts
+    full = torch.nn.functional.pad(tokens, (0, int(model.context_length) - tokens.shape[1]))
+    ours, ours_grads = _outputs_and_grads(lambda: clip_text_forward(model)(tokens), model)
+    theirs, their_grads = _outputs_and_grads(lambda: model.encode_text(full), model)
+    assert torch.allclose(ours, theirs, atol=1e-5), (ours - theirs).abs().max()
+    _same_grads(ours_grads, their_grads)
+
+
+def test_lclip_towers_pooled_at_the_last_run_alone_match_every_position_run():
+    from features.clip_models.lclip import LClip, run_blocks
+    from tests.clip_fixtures import TINY_LCLIP
+
+    torch.manual_seed(0)
+    model = LClip(TINY_LCLIP)
+    vision, text = model.image_encoder, model.text_encoder
+    images = torch.randn(6, 3, TINY_LCLIP.image_size, TINY_LCLIP.image_size)
+    ours, ours_grads = _outputs_and_grads(lambda: vision(images), vision)
+    every, every_grads = _outputs_and_grads(lambda: vision.ln_post(vision.tokens(images)[:, 0]) @ vision.proj, vision)
+    assert torch.allclose(ours, every, atol=1e-5), (ours - every).abs().max()
+    _same_grads(ours_grads, every_grads)
+
+    tokens = torch.zeros(5, 12, dtype=torch.long)
+    for row, length in enumerate((3, 12, 7, 5, 9)):
+        tokens[row, :length] = torch.randint(1, 400, (length,), generator=torch.Generator().manual_seed(row))
+        tokens[row, 0], tokens[row, length - 1] = 49406, EOT
+
+    def every_position() -> torch.Tensor:
+        x = text.token_projection(text.token_embedding(tokens)) + text.positional_embedding[: tokens.shape[1]]
+        x = text.ln_final(run_blocks(text.blocks, x, True))
+        return x[torch.arange(len(tokens)), tokens.argmax(dim=-1)] @ text.text_projection
+
+    ours, ours_grads = _outputs_and_grads(lambda: text(tokens), text)
+    every, every_grads = _outputs_and_grads(every_position, text)
+    assert torch.allclose(ours, every, atol=1e-5), (ours - every).abs().max()
+    _same_grads(ours_grads, every_grads)

@@ -22,6 +22,7 @@ from features.clip_models.lclip import load_lclip
 from features.clip_models.longclip import LONG_CONTEXT, load_longclip
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.spec import RewardModelSpec
+from features.clip_models.text_batches import pooled_block, supports_pooled_block
 from features.clip_models.tokens import ClipTokenizer
 from plumbing.errors import ConfigError
 
@@ -59,18 +60,31 @@ class RewardModel:
 
 
 def clip_text_forward(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    """open_clip's encode_text on a trimmed batch: positions and causal mask cut to L.
+    """open_clip's encode_text on a trimmed batch: positions and causal mask cut to L, and the last
+    block run only where the tower pools (`text_batches.pooled_block`) when it is a block that
+    function knows.
 
     Exact: under the causal mask no position attends to later (padding) ones, and the pooled
-    row is the EOT, so trimming trailing padding cannot change the output.
+    row is the EOT, so trimming trailing padding cannot change the output, nor can leaving out
+    the last block's work at positions nothing reads.
     """
+    pooled_last = supports_pooled_block(model) and getattr(model.transformer, "batch_first", False)
 
     def forward(tokens: torch.Tensor) -> torch.Tensor:
         length = tokens.shape[1]
         cast = model.transformer.get_cast_dtype()
         x = model.token_embedding(tokens).to(cast) + model.positional_embedding[:length].to(cast)
-        x = model.ln_final(model.transformer(x, attn_mask=model.attn_mask[:length, :length]))
-        x = x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)]
+        mask = model.attn_mask[:length, :length]
+        eot = tokens.argmax(dim=-1)
+        if pooled_last:
+            *early, last = model.transformer.resblocks
+            for block in early:
+                x = block(x, attn_mask=mask)
+            seen = torch.arange(length, device=x.device) <= eot[:, None]
+            x = model.ln_final(pooled_block(last, x, eot[:, None], seen[:, None, None, :])[:, 0])
+        else:
+            x = model.ln_final(model.transformer(x, attn_mask=mask))
+            x = x[torch.arange(x.shape[0], device=x.device), eot]
         projection = model.text_projection
         return projection(x) if isinstance(projection, torch.nn.Linear) else x @ projection
 

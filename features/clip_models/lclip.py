@@ -54,11 +54,23 @@ class MultiplexAttention(nn.Module):
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
 
-    def forward(self, x: torch.Tensor, causal: bool) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, causal: bool, queries: torch.Tensor | None = None) -> torch.Tensor:
+        """Attention over x [B, L, width]; with `queries` [B, Q] (positions), only those positions'
+        outputs [B, Q, width], every position still a key and a value."""
         batch, length, width = x.shape
-        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        return self.proj(out.transpose(1, 2).reshape(batch, length, width))
+        head_width = width // self.heads
+        if queries is None:
+            q, k, v = self.qkv(x).view(batch, length, 3, self.heads, head_width).permute(2, 0, 3, 1, 4)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            k, v = F.linear(x, self.qkv.weight[width:], self.qkv.bias[width:]).view(
+                batch, length, 2, self.heads, head_width).permute(2, 0, 3, 1, 4)
+            picked = x.gather(1, queries[:, :, None].expand(-1, -1, width))
+            q = F.linear(picked, self.qkv.weight[:width], self.qkv.bias[:width]).view(
+                batch, queries.shape[1], self.heads, head_width).transpose(1, 2)
+            seen = (torch.arange(length, device=x.device) <= queries[:, :, None])[:, None] if causal else None
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=seen)
+        return self.proj(out.transpose(1, 2).reshape(batch, out.shape[2], width))
 
 
 class RepeatedNorm(nn.Module):
@@ -76,11 +88,27 @@ class MultiplexedBlock(nn.Module):
         self.attn = MultiplexAttention(width, heads)
         self.fc1, self.fc2 = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
 
-    def forward(self, x: torch.Tensor, causal: bool) -> torch.Tensor:
-        for norm1, norm2 in zip(self.norm1.instances, self.norm2.instances, strict=True):
-            x = x + self.attn(norm1(x), causal)
+    def forward(self, x: torch.Tensor, causal: bool, queries: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, L, width] through the block's runs; with `queries` [B, Q], the last run computes only
+        those positions (the tower's pooled ones) and returns [B, Q, width]: the same values there."""
+        runs = list(zip(self.norm1.instances, self.norm2.instances, strict=True))
+        for k, (norm1, norm2) in enumerate(runs):
+            if queries is not None and k == len(runs) - 1:
+                attended = self.attn(norm1(x), causal, queries)
+                x = x.gather(1, queries[:, :, None].expand(-1, -1, x.shape[2])) + attended
+            else:
+                x = x + self.attn(norm1(x), causal)
             x = x + self.fc2(F.gelu(self.fc1(norm2(x))))
         return x
+
+
+def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, causal: bool, queries: torch.Tensor | None = None
+               ) -> torch.Tensor:
+    """x through the tower's blocks; with `queries`, the last block's last run only at those positions
+    (all that a pooled embedding reads: two of its twelve width-squared products per other token)."""
+    for k, block in enumerate(blocks):
+        x = block(x, causal, queries if k == len(blocks) - 1 else None)
+    return x
 
 
 def _blocks(width: int, layers: int, heads: int, repeats: int) -> nn.ModuleList:
@@ -125,17 +153,17 @@ class LClipVision(nn.Module):
         self.ln_post = nn.LayerNorm(width)
         self.proj = nn.Parameter(torch.randn(width, cfg.embed_dim) * width ** -0.5)
 
-    def tokens(self, images: torch.Tensor) -> torch.Tensor:
-        """The last block's output [B, 1 + grid², width]: the class token, then the patches row by row."""
+    def tokens(self, images: torch.Tensor, class_only: bool = False) -> torch.Tensor:
+        """The last block's output [B, 1 + grid², width]: the class token, then the patches row by row
+        (`class_only`: the class token's alone, [B, 1, width], the rest of the last run left out)."""
         x = (self.stem(images) if hasattr(self, "stem") else self.conv1(images)).flatten(2).transpose(1, 2)
         cls = self.class_embedding.expand(x.shape[0], 1, -1).to(x.dtype)
         x = self.ln_pre(torch.cat([cls, x], dim=1) + self.positional_embedding.to(x.dtype))
-        for block in self.blocks:
-            x = block(x, causal=False)
-        return x
+        queries = torch.zeros(x.shape[0], 1, dtype=torch.long, device=x.device) if class_only else None
+        return run_blocks(self.blocks, x, False, queries)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.ln_post(self.tokens(images)[:, 0]) @ self.proj
+        return self.ln_post(self.tokens(images, class_only=True)[:, 0]) @ self.proj
 
 
 class LClipText(nn.Module):
@@ -151,10 +179,8 @@ class LClipText(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, L] with L <= context; causal, so trailing padding never changes the EOT row."""
         x = self.token_projection(self.token_embedding(tokens)) + self.positional_embedding[: tokens.shape[1]]
-        for block in self.blocks:
-            x = block(x, causal=True)
-        x = self.ln_final(x)
-        return x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)] @ self.text_projection
+        x = run_blocks(self.blocks, x, True, tokens.argmax(dim=-1)[:, None])
+        return self.ln_final(x[:, 0]) @ self.text_projection
 
 
 class LClip(nn.Module):

@@ -9,6 +9,9 @@ Both rest on the causal mask: a position's hidden states depend only on the toke
   packs each caption with the suffixes of the texts made from it into one row, under a tree-shaped
   mask (a suffix sees the caption's tokens before the point where they part, then its own tokens
   causally): a third fewer tokens through the tower, same outputs and gradients up to rounding.
+- The embedding reads one position per text (its EOT), so the last block computes keys and values
+  everywhere but queries, projection and MLP only there (`pooled_block`): on the world CLIP's two
+  blocks the text step falls by about a quarter (`python -m rewards.bench text`).
 
 The shared-prefix forward knows open_clip's text transformer (`ResidualAttentionBlock` with
 `nn.MultiheadAttention`, EOT pooling); for any other tower it returns None and callers keep the
@@ -77,7 +80,7 @@ def prefix_tree(tokens: torch.Tensor, block: int) -> PrefixTree:
 def shared_prefix_text_forward(model: Any) -> Callable[[torch.Tensor, PrefixTree], torch.Tensor] | None:
     """forward(tokens [N, L], tree) -> [N, d]: open_clip's encode_text with each shared prefix run
     once; None when the text tower is not one this forward knows."""
-    if not _supported(model):
+    if not supports_pooled_block(model):
         return None
 
     def forward(tokens: torch.Tensor, tree: PrefixTree) -> torch.Tensor:
@@ -86,9 +89,11 @@ def shared_prefix_text_forward(model: Any) -> Callable[[torch.Tensor, PrefixTree
     return forward
 
 
-def _supported(model: Any) -> bool:
+def supports_pooled_block(model: Any) -> bool:
+    """Whether the model's text tower is open_clip's, with blocks that `_qkv`, `_finish_block` and
+    `pooled_block` know, pooled at the EOT under a causal mask."""
     blocks = getattr(getattr(model, "transformer", None), "resblocks", None)
-    if blocks is None or getattr(model, "text_pool_type", "argmax") != "argmax" \
+    if not blocks or getattr(model, "text_pool_type", "argmax") != "argmax" \
             or getattr(model, "attn_mask", None) is None or not hasattr(model, "token_embedding"):
         return False
     return all(isinstance(getattr(block, "attn", None), torch.nn.MultiheadAttention)
@@ -115,11 +120,14 @@ class _SharedForward:
             segments, positions, starts = (packed.padded(stream, rows, x.shape[1]).to(self.device)
                                            for stream in (packed.segments, packed.positions, packed.starts))
             mask = _tree_mask(segments, positions, starts)
-            for block in self.model.transformer.resblocks:
+            *early, last = self.model.transformer.resblocks
+            for block in early:
                 q, k, v = _qkv(block, x)
                 x = _finish_block(block, x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
             texts, local = packed.texts_of(rows)
-            outputs.append(x[local.to(self.device), packed.end[texts].to(self.device)])
+            queries, slots = _query_slots(local.to(self.device), packed.end[texts].to(self.device), len(rows))
+            seen = mask.gather(2, queries[:, None, :, None].expand(-1, 1, -1, mask.shape[-1]))
+            outputs.append(pooled_block(last, x, queries, seen)[local.to(self.device), slots])
             order.append(texts)
         pooled = self.model.ln_final(torch.cat(outputs))
         projection = self.model.text_projection
@@ -221,6 +229,36 @@ def _qkv(block: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.T
     qkv = F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias)
     qkv = qkv.view(n, length, 3, attn.num_heads, width // attn.num_heads).permute(2, 0, 3, 1, 4)
     return qkv[0], qkv[1], qkv[2]
+
+
+def pooled_block(block: torch.nn.Module, x: torch.Tensor, queries: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+    """The last residual block's output [n, Q, width] at positions `queries` [n, Q] of x [n, L, width]
+    alone: every position's keys and values, but queries, projection and MLP only where the tower
+    pools (its EOT), which is all the text embedding reads. `seen` [n, 1, Q, L] is the attention
+    mask's rows at those positions. The tower's other positions cost the last block two of its twelve
+    width-squared products per token instead of twelve."""
+    attn = block.attn
+    n, length, width = x.shape
+    heads = attn.num_heads
+    normed = block.ln_1(x)
+    kv = F.linear(normed, attn.in_proj_weight[width:], attn.in_proj_bias[width:])
+    kv = kv.view(n, length, 2, heads, width // heads).permute(2, 0, 3, 1, 4)
+    picked = queries[:, :, None].expand(-1, -1, width)
+    q = F.linear(normed.gather(1, picked), attn.in_proj_weight[:width], attn.in_proj_bias[:width])
+    q = q.view(n, queries.shape[1], heads, width // heads).transpose(1, 2)
+    attended = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=seen)
+    return _finish_block(block, x.gather(1, picked), attended)
+
+
+def _query_slots(local: torch.Tensor, ends: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each packed row's pooled positions as [rows, Q] (Q: the most texts in one row; the rest of a
+    row's slots point at its position 0, a root token, and are dropped), and each text's slot in its
+    row. `local` (a text's packed row) comes in runs, one per row, as `_Packing.texts_of` gives it."""
+    counts = torch.bincount(local, minlength=rows)
+    slots = torch.arange(len(local), device=local.device) - (torch.cumsum(counts, 0) - counts)[local]
+    queries = torch.zeros(rows, int(counts.max()), dtype=torch.long, device=local.device)
+    queries[local, slots] = ends
+    return queries, slots
 
 
 def _finish_block(block: torch.nn.Module, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
