@@ -195,3 +195,29 @@ def test_lclip_towers_pooled_at_the_last_run_alone_match_every_position_run():
     every, every_grads = _outputs_and_grads(every_position, text)
     assert torch.allclose(ours, every, atol=1e-5), (ours - every).abs().max()
     _same_grads(ours_grads, every_grads)
+
+
+def test_embed_texts_runs_shortest_first_and_returns_rows_in_the_texts_order(tiny_world, monkeypatch):
+    import torch.nn.functional as F
+
+    from rewards.recipes import contrastive
+
+    torch.manual_seed(0)
+    model = load_open_clip(TINY_ARCH).model.eval()
+    tokenizer = ClipTokenizer(int(model.context_length))
+    _, texts = _world_batch(tiny_world, tokenizer)
+    texts = [text for text in texts if text]
+    forward = clip_text_forward(model)
+    seen: list[int] = []
+
+    def encode(tokens: torch.Tensor) -> torch.Tensor:
+        seen.extend((tokens > 0).sum(dim=1).tolist())
+        return forward(tokens)
+
+    monkeypatch.setattr(contrastive, "CHUNK", 16)  # several chunks
+    got = contrastive.embed_texts(encode, tokenizer, texts, torch.device("cpu"))
+    with torch.no_grad():
+        one_by_one = torch.cat([F.normalize(forward(tokenizer.padded(tokenizer.ids([text]))), dim=-1)
+                                for text in texts])
+    assert torch.allclose(got, one_by_one, atol=1e-5)
+    assert seen == sorted(seen) and len(seen) == len(texts)

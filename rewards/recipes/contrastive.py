@@ -77,6 +77,13 @@ CHUNK = 256  # rows per forward when embedding a whole split
 
 @torch.no_grad()
 def embed_texts(encode, tokenizer, texts: list[str], device: torch.device) -> torch.Tensor:
-    """Normalised embeddings of texts, in chunks trimmed to their longest sequence."""
-    return torch.cat([F.normalize(encode(tokenizer.padded(tokenizer.ids(texts[i: i + CHUNK])).to(device)).float(),
-                                  dim=-1) for i in range(0, len(texts), CHUNK)])
+    """Normalised embeddings of texts (row i = texts[i]), run shortest first in chunks trimmed to their
+    longest sequence: a chunk of short references no longer pads to a long caption's length."""
+    ids = tokenizer.ids(texts)
+    order = sorted(range(len(ids)), key=lambda row: len(ids[row]))
+    chunks = [F.normalize(encode(tokenizer.padded([ids[row] for row in order[i: i + CHUNK]]).to(device)).float(),
+                          dim=-1) for i in range(0, len(order), CHUNK)]
+    embedded = torch.cat(chunks)
+    out = torch.empty_like(embedded)
+    out[torch.tensor(order, device=embedded.device)] = embedded
+    return out
