@@ -162,8 +162,12 @@ class LClipVision(nn.Module):
         queries = torch.zeros(x.shape[0], 1, dtype=torch.long, device=x.device) if class_only else None
         return run_blocks(self.blocks, x, False, queries)
 
+    def pooled(self, images: torch.Tensor) -> torch.Tensor:
+        """The normed class token [B, width], before the projection."""
+        return self.ln_post(self.tokens(images, class_only=True)[:, 0])
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.ln_post(self.tokens(images, class_only=True)[:, 0]) @ self.proj
+        return self.pooled(images) @ self.proj
 
 
 class LClipText(nn.Module):

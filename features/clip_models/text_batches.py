@@ -124,10 +124,10 @@ class _SharedForward:
             for block in early:
                 q, k, v = _qkv(block, x)
                 x = _finish_block(block, x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
-            texts, local = packed.texts_of(rows)
-            queries, slots = _query_slots(local.to(self.device), packed.end[texts].to(self.device), len(rows))
+            texts, *at = packed.pooled_of(rows)
+            local, slots, queries = (t.to(self.device) for t in at)
             seen = mask.gather(2, queries[:, None, :, None].expand(-1, 1, -1, mask.shape[-1]))
-            outputs.append(pooled_block(last, x, queries, seen)[local.to(self.device), slots])
+            outputs.append(pooled_block(last, x, queries, seen)[local, slots])
             order.append(texts)
         pooled = self.model.ln_final(torch.cat(outputs))
         projection = self.model.text_projection
@@ -204,10 +204,23 @@ class _Packing:
     def texts_of(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch rows packed in `rows` (in `rows`' order, each packed row's root first), and the
         place in `rows` of the packed row each is in."""
+        texts, local, _ = self._slots(rows)
+        return texts, local
+
+    def pooled_of(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`texts_of(rows)`, each text's slot among its packed row's texts, and the pooled positions
+        [len(rows), Q] (Q: the most texts in one packed row; a row's spare slots point at its position
+        0, a root token, and are dropped) for `pooled_block`."""
+        texts, local, slots = self._slots(rows)
+        queries = torch.zeros(len(rows), int(slots.max()) + 1, dtype=torch.long)
+        queries[local, slots] = self.end[texts]
+        return texts, local, slots, queries
+
+    def _slots(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         counts = self.text_offset[rows + 1] - self.text_offset[rows]
         local = torch.repeat_interleave(torch.arange(len(rows)), counts)
         within = torch.arange(len(local)) - (torch.cumsum(counts, 0) - counts)[local]
-        return self.text_order[self.text_offset[rows][local] + within], local
+        return self.text_order[self.text_offset[rows][local] + within], local, within
 
 
 def _tree_mask(segments: torch.Tensor, positions: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -248,17 +261,6 @@ def pooled_block(block: torch.nn.Module, x: torch.Tensor, queries: torch.Tensor,
     q = q.view(n, queries.shape[1], heads, width // heads).transpose(1, 2)
     attended = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=seen)
     return _finish_block(block, x.gather(1, picked), attended)
-
-
-def _query_slots(local: torch.Tensor, ends: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each packed row's pooled positions as [rows, Q] (Q: the most texts in one row; the rest of a
-    row's slots point at its position 0, a root token, and are dropped), and each text's slot in its
-    row. `local` (a text's packed row) comes in runs, one per row, as `_Packing.texts_of` gives it."""
-    counts = torch.bincount(local, minlength=rows)
-    slots = torch.arange(len(local), device=local.device) - (torch.cumsum(counts, 0) - counts)[local]
-    queries = torch.zeros(rows, int(counts.max()), dtype=torch.long, device=local.device)
-    queries[local, slots] = ends
-    return queries, slots
 
 
 def _finish_block(block: torch.nn.Module, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:

@@ -174,7 +174,7 @@ def readout_projection(tower: LClipVision, targets: torch.Tensor, split: Split, 
     for batch in image_batches(split, transform, workers, 256):
         raise_errors(batch)
         images = to_channels_last(batch["images"].to(device))
-        features.append(tower.ln_post(tower.tokens(images, class_only=True)[:, 0]).float().cpu())
+        features.append(tower.pooled(images).float().cpu())
     tower.train(was_training)
     x, y = torch.cat(features).double(), targets.double()
     gram = x.T @ x
