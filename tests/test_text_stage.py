@@ -143,7 +143,8 @@ def _run(world, out, *extra):
                             "--scenes", str(world / "scenes.json"), "--out", str(out), "--arch", TINY_ARCH,
                             "--epochs", "1", "--negatives", "world", "--set", "batch_size=16", "--set", "workers=0",
                             "--set", "text_roles_epochs=1", "--set", "text_pairs_epochs=2",
-                            "--set", "text_negclip_epochs=1", "--set", "text_batch_size=16", *extra])
+                            "--set", "text_negclip_epochs=1", "--set", "text_batch_size=16",
+                            "--set", "text_roles_batch_size=8", *extra])
 
 
 def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch):
@@ -155,8 +156,11 @@ def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_p
     assert _run(tiny_world, tmp_path / "once.safetensors") == 0
     real_fit = RecipeRun.fit
     calls = {"pairs": 0}
+    stages = {}
 
     def fit(self, model, dataset, collate, loss_fn, stage, *args, **kwargs):
+        stages[stage.name] = (stage.schedule, stage.batch_size)
+
         def interrupting(module, batch):
             if stage.name == "text_pairs" and self._epochs_done("text_pairs") == 1:
                 calls["pairs"] += 1
@@ -168,6 +172,8 @@ def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_p
     monkeypatch.setattr(RecipeRun, "fit", fit)
     assert _run(tiny_world, tmp_path / "twice.safetensors") == 130
     assert calls["pairs"] == 1 and not (tmp_path / "twice.safetensors").exists()
+    # the roles at a steady rate and their own batch size (they stall on a plateau under a decaying one)
+    assert stages["text_roles"] == ("constant", 8) and stages["text_pairs"] == ("cosine", 16)
     monkeypatch.undo()
     assert _run(tiny_world, tmp_path / "twice.safetensors") == 0
     once, twice = load_file(str(tmp_path / "once.safetensors")), load_file(str(tmp_path / "twice.safetensors"))

@@ -22,7 +22,7 @@ from features.clip_models.lclip import load_lclip
 from features.clip_models.longclip import LONG_CONTEXT, load_longclip
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.spec import RewardModelSpec
-from features.clip_models.text_batches import pooled_block, supports_pooled_block
+from features.clip_models.text_batches import pooled_block, project_text, supports_pooled_block
 from features.clip_models.tokens import ClipTokenizer
 from plumbing.errors import ConfigError
 
@@ -85,8 +85,7 @@ def clip_text_forward(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
         else:
             x = model.ln_final(model.transformer(x, attn_mask=mask))
             x = x[torch.arange(x.shape[0], device=x.device), eot]
-        projection = model.text_projection
-        return projection(x) if isinstance(projection, torch.nn.Linear) else x @ projection
+        return project_text(model, x)
 
     return forward
 

@@ -89,6 +89,12 @@ def shared_prefix_text_forward(model: Any) -> Callable[[torch.Tensor, PrefixTree
     return forward
 
 
+def project_text(model: Any, pooled: torch.Tensor) -> torch.Tensor:
+    """The text tower's projection, a Linear or a matrix (open_clip has both)."""
+    projection = model.text_projection
+    return projection(pooled) if isinstance(projection, torch.nn.Linear) else pooled @ projection
+
+
 def supports_pooled_block(model: Any) -> bool:
     """Whether the model's text tower is open_clip's, with blocks that `_qkv`, `_finish_block` and
     `pooled_block` know, pooled at the EOT under a causal mask."""
@@ -129,9 +135,7 @@ class _SharedForward:
             seen = mask.gather(2, queries[:, None, :, None].expand(-1, 1, -1, mask.shape[-1]))
             outputs.append(pooled_block(last, x, queries, seen)[local, slots])
             order.append(texts)
-        pooled = self.model.ln_final(torch.cat(outputs))
-        projection = self.model.text_projection
-        pooled = projection(pooled) if isinstance(projection, torch.nn.Linear) else pooled @ projection
+        pooled = project_text(self.model, self.model.ln_final(torch.cat(outputs)))
         out = torch.empty_like(pooled)
         out[torch.cat(order).to(self.device)] = pooled
         return out

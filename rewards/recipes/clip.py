@@ -131,8 +131,11 @@ class TrainClipConfig(RecipeConfig):
         "embeddings, two of each image's relation pairs and their roles kept on (0: off)", at_least=0)
     text_pairs_axes: list[str] = option(factory=lambda: ["horizontal", "vertical"], help="text stage: the axes "
                                         "whose relations the pairs phase states (the roles and negclip phases: all)")
-    text_batch_size: int = option(256, help="text stage: statements per step of the roles and pairs phases (the "
-                                  "negclip phase takes batch_size images)", at_least=2)
+    text_batch_size: int = option(256, help="text stage: statements per step of the pairs phase (the negclip phase "
+                                  "takes batch_size images)", at_least=2)
+    text_roles_batch_size: int = option(
+        128, help="text stage: statements per step of the roles phase, which runs at a constant `text_lr`: the roles "
+        "leave their plateau after a number of steps, not of statements", at_least=2)
     text_lr: float = option(5e-4, help="text stage: peak learning rate of each phase (cosine to 0, no warmup)",
                             above=0)
     text_long_statements: float = option(
@@ -204,6 +207,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
 def text_stage_plan(cfg: TrainClipConfig, train: Split) -> TextStagePlan:
     hard = cfg.hard_negatives if cfg.negatives == "world" else 0
     return TextStagePlan(cfg.text_roles_epochs, cfg.text_pairs_epochs, cfg.text_negclip_epochs, cfg.text_batch_size,
+                         cfg.text_roles_batch_size,
                          cfg.text_lr, tuple(cfg.text_pairs_axes), cfg.text_long_statements, train.pool(cfg.captions),
                          hard, tuple(cfg.negative_kinds))
 

@@ -9,7 +9,8 @@ of the recipe loop (resumable at its epochs' ends), all on the train split's sce
 1. **roles** (`text_roles_epochs`): from a relation statement alone ("a red disc above a blue star"),
    a linear head on the text embedding predicts which relation each named colour and shape stands in
    (the subject's names take the relation, the object's its inverse). A text-only task that makes the
-   tower keep who is above whom; without it the pairs below stayed at chance far longer (docs).
+   tower keep who is above whom; without it the pairs below stayed at chance far longer (docs). It runs
+   at a constant rate (`ROLES_SCHEDULE`) and `text_roles_batch_size` statements a step.
 2. **pairs** (`text_pairs_epochs`): a statement about two of the image's objects against the same
    words with the inverse relation, both against the image's frozen embedding (centred on the train
    images' mean, so what all images share does not drown the difference): the true one must score
@@ -52,6 +53,10 @@ ROLE_NAMES = (*lexicon.COLORS, *lexicon.SHAPES)  # what a statement names an obj
 ROLE_SLOT = {name: k for k, name in enumerate(ROLE_NAMES)}
 LEADS = ("", "", "a picture of ", "there is ", "an image of ")  # half the statements open plainly
 PAIRS_PER_IMAGE = 2  # relation pairs beside each image's caption in the negclip phase
+# The roles sit at the level of knowing the names and the relation but not who is the subject for a
+# few hundred steps, then fall to near zero; a rate decaying to 0 over the phase stalls them on that
+# plateau, and the pairs after it then wait there too (docs/reward_models.md, "The roles phase").
+ROLES_SCHEDULE = "constant"
 
 
 class RelationFact(NamedTuple):
@@ -330,7 +335,8 @@ class TextStagePlan:
     roles_epochs: int
     pairs_epochs: int
     negclip_epochs: int
-    batch_size: int            # statements per step of the roles and pairs phases
+    batch_size: int            # statements per step of the pairs phase
+    roles_batch_size: int      # statements per step of the roles phase
     lr: float
     pair_axes: tuple[str, ...]
     long_rate: float
@@ -357,7 +363,7 @@ def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transfo
     axis_relations = {r for axis in plan.pair_axes for r in AXIS_RELATIONS[axis]}
     phases = (
         ("text_roles", plan.roles_epochs, lambda: FactsDataset(facts, seed, plan.long_rate, true_only=True),
-         plan.batch_size, False),
+         plan.roles_batch_size, False),
         ("text_pairs", plan.pairs_epochs, lambda: FactsDataset(
             [f for f in facts if f.relation in axis_relations], seed, plan.long_rate), plan.batch_size, False),
         ("text_negclip", plan.negclip_epochs, lambda: CaptionsDataset(
@@ -367,7 +373,8 @@ def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transfo
     record: dict = {}
     for name, epochs, dataset, batch_size, negclip in phases:
         if epochs:
-            stage = Stage(name, epochs, plan.lr, 0, batch_size=batch_size)
+            stage = Stage(name, epochs, plan.lr, 0, ROLES_SCHEDULE if name == "text_roles" else "cosine",
+                          batch_size=batch_size)
             record = run.fit(reader, dataset(), TextItemBatcher(tokenizer), text_stage_step(images, negclip),
                              stage)["record"]
     return record
