@@ -136,8 +136,8 @@ class TrainClipConfig(RecipeConfig):
     text_roles_batch_size: int = option(
         128, help="text stage: statements per step of the roles phase, which runs at a constant `text_lr`: the roles "
         "leave their plateau after a number of steps, not of statements", at_least=2)
-    text_lr: float = option(5e-4, help="text stage: peak learning rate of each phase (cosine to 0, no warmup)",
-                            above=0)
+    text_lr: float = option(5e-4, help="text stage: peak learning rate of each phase (cosine to 0, no warmup; the "
+                            "roles phase holds it)", above=0)
     text_long_statements: float = option(
         0.0, help="text stage: the share of relation statements worded as the long captions word them (\"A big red "
         "disc with a striped pattern. It is above the small blue star.\"); the rest as short captions", at_least=0)

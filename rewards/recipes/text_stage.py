@@ -55,7 +55,8 @@ LEADS = ("", "", "a picture of ", "there is ", "an image of ")  # half the state
 PAIRS_PER_IMAGE = 2  # relation pairs beside each image's caption in the negclip phase
 # The roles sit at the level of knowing the names and the relation but not who is the subject for a
 # few hundred steps, then fall to near zero; a rate decaying to 0 over the phase stalls them on that
-# plateau, and the pairs after it then wait there too (docs/reward_models.md, "The roles phase").
+# plateau, and the pairs after it then wait there too (docs/reward_models.md, "The roles phase at a
+# steady rate").
 ROLES_SCHEDULE = "constant"
 
 
