@@ -112,8 +112,9 @@ def test_a_packed_row_is_its_root_then_each_childs_suffix():
     starts = packed.padded(packed.starts, torch.tensor([0]), 11)[0].tolist()
     assert starts == [0] * 7 + [4] * 3 + [5]
     assert packed.end.tolist() == [6, 9, 3, 10, 6]  # each text's EOT in its packed row
-    texts, local = packed.texts_of(torch.tensor([1, 0]))  # a length group may order the packed rows
+    texts, local, slots, queries = packed.pooled_of(torch.tensor([1, 0]))  # a length group may reorder rows
     assert texts.tolist() == [2, 4, 0, 1, 3] and local.tolist() == [0, 0, 1, 1, 1]
+    assert slots.tolist() == [0, 1, 0, 1, 2] and queries.tolist() == [[3, 6, 0], [6, 9, 10]]
 
 
 def test_towers_it_does_not_know_keep_the_plain_forward():

@@ -205,26 +205,18 @@ class _Packing:
         inside = torch.arange(longest) < self.lengths[rows, None]
         return torch.where(inside, stream[index.clamp(max=len(stream) - 1)], -1)
 
-    def texts_of(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch rows packed in `rows` (in `rows`' order, each packed row's root first), and the
-        place in `rows` of the packed row each is in."""
-        texts, local, _ = self._slots(rows)
-        return texts, local
-
     def pooled_of(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`texts_of(rows)`, each text's slot among its packed row's texts, and the pooled positions
-        [len(rows), Q] (Q: the most texts in one packed row; a row's spare slots point at its position
-        0, a root token, and are dropped) for `pooled_block`."""
-        texts, local, slots = self._slots(rows)
+        """For the packed rows `rows`: the batch rows packed in them (in `rows`' order, each packed row's
+        root first), the place in `rows` of the packed row each is in, each one's slot among its packed
+        row's texts, and the pooled positions [len(rows), Q] (Q: the most texts in one packed row; a
+        row's spare slots point at its position 0, a root token, and are dropped) for `pooled_block`."""
+        counts = self.text_offset[rows + 1] - self.text_offset[rows]
+        local = torch.repeat_interleave(torch.arange(len(rows)), counts)
+        slots = torch.arange(len(local)) - (torch.cumsum(counts, 0) - counts)[local]
+        texts = self.text_order[self.text_offset[rows][local] + slots]
         queries = torch.zeros(len(rows), int(slots.max()) + 1, dtype=torch.long)
         queries[local, slots] = self.end[texts]
         return texts, local, slots, queries
-
-    def _slots(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        counts = self.text_offset[rows + 1] - self.text_offset[rows]
-        local = torch.repeat_interleave(torch.arange(len(rows)), counts)
-        within = torch.arange(len(local)) - (torch.cumsum(counts, 0) - counts)[local]
-        return self.text_order[self.text_offset[rows][local] + within], local, within
 
 
 def _tree_mask(segments: torch.Tensor, positions: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:

@@ -362,20 +362,18 @@ def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transfo
     reader = TextReader(PairEncoder.of_clip(model), images.embeddings.shape[1], seed)
     facts = relation_facts(train, scenes)
     axis_relations = {r for axis in plan.pair_axes for r in AXIS_RELATIONS[axis]}
-    phases = (
-        ("text_roles", plan.roles_epochs, lambda: FactsDataset(facts, seed, plan.long_rate, true_only=True),
-         plan.roles_batch_size, False),
-        ("text_pairs", plan.pairs_epochs, lambda: FactsDataset(
-            [f for f in facts if f.relation in axis_relations], seed, plan.long_rate), plan.batch_size, False),
-        ("text_negclip", plan.negclip_epochs, lambda: CaptionsDataset(
+    phases = (  # (stage, its dataset, negclip)
+        (Stage("text_roles", plan.roles_epochs, plan.lr, 0, ROLES_SCHEDULE, plan.roles_batch_size),
+         lambda: FactsDataset(facts, seed, plan.long_rate, true_only=True), False),
+        (Stage("text_pairs", plan.pairs_epochs, plan.lr, 0, batch_size=plan.batch_size), lambda: FactsDataset(
+            [f for f in facts if f.relation in axis_relations], seed, plan.long_rate), False),
+        (Stage("text_negclip", plan.negclip_epochs, plan.lr, 0), lambda: CaptionsDataset(
             train, plan.caption_pool, scenes, facts, seed, plan.hard_negatives, plan.negative_kinds,
-            plan.long_rate), None, True),
+            plan.long_rate), True),
     )
     record: dict = {}
-    for name, epochs, dataset, batch_size, negclip in phases:
-        if epochs:
-            stage = Stage(name, epochs, plan.lr, 0, ROLES_SCHEDULE if name == "text_roles" else "cosine",
-                          batch_size=batch_size)
+    for stage, dataset, negclip in phases:
+        if stage.epochs:
             record = run.fit(reader, dataset(), TextItemBatcher(tokenizer), text_stage_step(images, negclip),
                              stage)["record"]
     return record
