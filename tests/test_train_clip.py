@@ -120,19 +120,20 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
 
         monkeypatch.setattr(clip_recipe, "evaluate_retrieval", evaluate)
         return train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
-                                "--out", str(out), "--epochs", "2", "--set", "batch_size=16", "--set", "workers=0",
+                                "--out", str(out), "--epochs", "3", "--set", "batch_size=16", "--set", "workers=0",
                                 "--scenes", str(tiny_world / "scenes.json"), "--negatives", "world",
                                 "--set", "image_negatives=world", "--set", "vision_pretrain_epochs=1",
-                                "--set", "scene_label_loss=0.5"])
+                                "--set", "scene_label_loss=0.5", "--set", "locked_image_epochs=1"])
 
     assert run(tmp_path / "once.safetensors") == 0
-    assert run(tmp_path / "twice.safetensors", interrupt_at=2) == 130  # stopped during epoch 2
+    assert run(tmp_path / "twice.safetensors", interrupt_at=2) == 130  # stopped during epoch 3 (the locked one has
+    # no report), after the locked stage: its weights come back from its state and the image tower trains again
     assert (tmp_path / "twice.safetensors.state").is_dir() and not (tmp_path / "twice.safetensors").exists()
     assert run(tmp_path / "twice.safetensors") == 0
     once, twice = load_file(str(tmp_path / "once.safetensors")), load_file(str(tmp_path / "twice.safetensors"))
     assert all(torch.equal(once[k], twice[k]) for k in once)
     logged = [json.loads(line) for line in (tmp_path / "once.metrics.jsonl").read_text().splitlines()]
-    assert [r["stage"] for r in logged] == ["vision", "clip", "clip"]
+    assert [r["stage"] for r in logged] == ["vision", "clip_locked", "clip", "clip"]
     assert all(r["negatives"] > 1.5 and r["image_negatives"] > 0.9 for r in logged[1:]), logged  # both kinds used
     assert all(r["scene_labels"] > 0 for r in logged[1:])  # the pretraining head, restored from its stage
 
@@ -202,6 +203,38 @@ def test_lock_image_tower_keeps_the_image_tower_as_it_starts(tiny_world, tmp_pat
     assert not torch.equal(before["token_embedding.weight"], after["token_embedding.weight"])
     assert train_clip.main([*base, "--out", str(tmp_path / "random.safetensors"),
                             "--set", "lock_image_tower=true"]) == 2  # nothing to keep: refused
+
+
+def test_locked_image_epochs_lock_the_image_tower_for_the_first_epochs_only(tiny_world, tmp_path, capsys):
+    """The locked epochs leave every image-tower tensor as it came in; the epochs after them train it
+    again, drawing the data's next epochs (not the locked ones' texts a second time)."""
+    from safetensors.torch import load_file
+
+    base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
+            "--arch", "world-clip-rn", "--set", "batch_size=16", "--set", "workers=0"]
+    start = tmp_path / "start.safetensors"
+    assert train_clip.main([*base, "--epochs", "1", "--out", str(start)]) == 0
+    before = load_file(str(start))
+    visual = [k for k in before if k.startswith("visual.")]
+    for epochs, trained in ((1, False), (2, True)):
+        out = tmp_path / f"locked{epochs}.safetensors"
+        assert train_clip.main([*base, "--epochs", str(epochs), "--init", str(start), "--out", str(out),
+                                "--set", "locked_image_epochs=1"]) == 0
+        after = load_file(str(out))
+        assert all(torch.equal(before[k], after[k]) for k in visual) is not trained, epochs
+        assert not torch.equal(before["token_embedding.weight"], after["token_embedding.weight"])
+    logged = [json.loads(line) for line in (tmp_path / "locked2.metrics.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in logged] == ["clip_locked", "clip"]
+    cfg = clip_recipe.TrainClipConfig(epochs=10, locked_image_epochs=3)
+    (locked, first), (free, second) = clip_recipe.contrastive_stages(cfg)
+    assert (first, locked.epochs, locked.schedule, locked.first_epoch) == (True, 3, "constant", 0)
+    assert (second, free.epochs, free.schedule, free.first_epoch) == (False, 7, "cosine", 3)
+    too_many, both = ["locked_image_epochs=2"], ["locked_image_epochs=1", "lock_image_tower=true"]
+    for bad in (too_many, both):
+        sets = [arg for key in bad for arg in ("--set", key)]
+        assert train_clip.main([*base, "--epochs", "1", "--init", str(start), "--out", str(tmp_path / "bad.st"),
+                                *sets]) == 2
+        assert "locked_image_epochs" in capsys.readouterr().err
 
 
 def test_eval_every_skips_reports_but_not_training(tiny_world, tmp_path):

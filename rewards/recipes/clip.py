@@ -57,7 +57,7 @@ from rewards.recipes.scene_labels import (
     scene_labels,
 )
 from rewards.recipes.text_stage import TextStagePlan, read_relations
-from rewards.recipes.training import finished_summary, lock, save_weights
+from rewards.recipes.training import finished_summary, lock, save_weights, unlock
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -83,6 +83,11 @@ class TrainClipConfig(RecipeConfig):
     lock_image_tower: bool = option(
         False, help="LiT: the contrastive stage trains the text tower and the temperature only, against an "
         "image tower kept as it starts (from `init` or vision_pretrain_epochs)")
+    locked_image_epochs: int = option(
+        0, help="the first of the contrastive `epochs` train the text tower and the temperature against the image "
+        "tower as it starts (LiT, at a constant rate), then both towers train, so the text tower learns to read what "
+        "the pretrained tower sees before the joint epochs move it (0: both towers from the start; on the world, "
+        "three seeds of 1 disagreed: docs/reward_models.md)", at_least=0)
     vision_map_labels: float = option(
         0.0, help="with vision_pretrain_epochs: weight of labels read off each place of the image tower's last "
         "feature map (the shape, colour, size and texture of what is centred there), besides the scene labels "
@@ -186,8 +191,16 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
                    (Grounding.relation_phrases, cfg.relation_loss)) if weight]
     step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none",
                    groundings=groundings, scene_labels=kept)
-    record = run.fit(pair, dataset, TextBatcher(tokenizer), step, Stage("clip", cfg.epochs, cfg.lr, cfg.warmup_steps),
-                     clamp_logit_scale, evaluate)["record"] if cfg.epochs else {}
+    record: dict = {}
+    for stage, locked in contrastive_stages(cfg):
+        if not stage.epochs:
+            continue
+        if locked:
+            lock(model.visual)
+        record = run.fit(pair, dataset, TextBatcher(tokenizer), step, stage, clamp_logit_scale,
+                         None if locked else evaluate)["record"]
+        if locked:
+            unlock(model.visual)
     if (plan := text_stage_plan(cfg, train)).epochs:
         record = {**record, **read_relations(run, model, train, loaded.preprocess, scenes, tokenizer, plan, cfg.seed)}
         if run.is_main:
@@ -202,6 +215,14 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
     run.finish()
     return summary
+
+
+def contrastive_stages(cfg: TrainClipConfig) -> list[tuple[Stage, bool]]:
+    """The contrastive epochs as (stage, image tower locked): `locked_image_epochs` of them against the
+    image tower as it starts, then the rest with both towers, drawing the data's next epochs."""
+    locked = cfg.locked_image_epochs
+    return [(Stage("clip_locked", locked, cfg.lr, cfg.warmup_steps, "constant"), True),
+            (Stage("clip", cfg.epochs - locked, cfg.lr, cfg.warmup_steps, first_epoch=locked), False)]
 
 
 def text_stage_plan(cfg: TrainClipConfig, train: Split) -> TextStagePlan:
@@ -394,8 +415,15 @@ def _validate(cfg: TrainClipConfig) -> None:
                           "weights of 'init'")
     if cfg.image_negatives == "world" and not cfg.scenes:
         raise ConfigError("image_negatives: world needs 'scenes' (the world's scenes.json)")
-    if cfg.lock_image_tower and not (cfg.init or cfg.vision_pretrain_epochs):
-        raise ConfigError("lock_image_tower keeps the image tower as it starts; a random one sees nothing: give "
+    if cfg.locked_image_epochs > cfg.epochs:
+        raise ConfigError(f"locked_image_epochs ({cfg.locked_image_epochs}) counts among the contrastive epochs: at "
+                          f"most epochs ({cfg.epochs})")
+    if cfg.locked_image_epochs and cfg.lock_image_tower:
+        raise ConfigError("locked_image_epochs locks the image tower for the first epochs only; lock_image_tower "
+                          "already locks it for all of them: set one")
+    if (cfg.lock_image_tower or cfg.locked_image_epochs) and not (cfg.init or cfg.vision_pretrain_epochs):
+        key = "lock_image_tower" if cfg.lock_image_tower else "locked_image_epochs"
+        raise ConfigError(f"{key} keeps the image tower as it starts; a random one sees nothing: give "
                           "'init' (trained weights) or vision_pretrain_epochs")
     if cfg.pool_position_std is not None and cfg.init:
         raise ConfigError("pool_position_std redraws weights a pretrained model has learned; use it without 'init'")

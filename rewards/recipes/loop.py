@@ -142,6 +142,8 @@ class Stage:
     warmup_steps: int
     schedule: Schedule = "cosine"
     batch_size: int | None = None  # items per step over all processes (None: the recipe's batch_size)
+    first_epoch: int = 0  # the data's epoch number of the stage's first epoch: a stage that goes on from another
+                          # one on the same data draws that data's next epochs, not its first ones again
 
 
 class RecipeRun:
@@ -210,8 +212,8 @@ class RecipeRun:
         record: dict = {}
         for epoch in range(first, stage.epochs):
             started = time.perf_counter()
-            dataset.set_epoch(epoch)
-            loader.set_epoch(epoch)
+            dataset.set_epoch(stage.first_epoch + epoch)
+            loader.set_epoch(stage.first_epoch + epoch)
             sums = self._epoch(model, loader, optimizer, scheduler, loss_fn, after_step, f"{stage.name} {epoch + 1}/"
                                f"{stage.epochs}")
             record = {"stage": stage.name, "epoch": epoch + 1, **sums}

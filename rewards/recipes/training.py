@@ -48,6 +48,14 @@ def lock(tower: torch.nn.Module) -> None:
             module.track_running_stats = False
 
 
+def unlock(tower: torch.nn.Module) -> None:
+    """Undo `lock`: the tower trains again and its batch norms track their statistics."""
+    tower.requires_grad_(True)
+    for module in tower.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.track_running_stats = True
+
+
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """No decay on gains, biases, embeddings and the temperature (as CLIP training does)."""
     decay, plain = [], []
