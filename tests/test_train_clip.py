@@ -205,10 +205,22 @@ def test_lock_image_tower_keeps_the_image_tower_as_it_starts(tiny_world, tmp_pat
                             "--set", "lock_image_tower=true"]) == 2  # nothing to keep: refused
 
 
-def test_locked_image_epochs_lock_the_image_tower_for_the_first_epochs_only(tiny_world, tmp_path, capsys):
+def test_locked_image_epochs_lock_the_image_tower_for_the_first_epochs_only(tiny_world, tmp_path, capsys,
+                                                                           monkeypatch):
     """The locked epochs leave every image-tower tensor as it came in; the epochs after them train it
     again, drawing the data's next epochs (not the locked ones' texts a second time)."""
     from safetensors.torch import load_file
+
+    from rewards.recipes.data import TextsDataset
+
+    drawn: list[int] = []
+    real_set_epoch = TextsDataset.set_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        drawn.append(epoch)
+        real_set_epoch(self, epoch)
+
+    monkeypatch.setattr(TextsDataset, "set_epoch", set_epoch)
 
     base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
             "--arch", "world-clip-rn", "--set", "batch_size=16", "--set", "workers=0"]
@@ -218,8 +230,10 @@ def test_locked_image_epochs_lock_the_image_tower_for_the_first_epochs_only(tiny
     visual = [k for k in before if k.startswith("visual.")]
     for epochs, trained in ((1, False), (2, True)):
         out = tmp_path / f"locked{epochs}.safetensors"
+        drawn.clear()
         assert train_clip.main([*base, "--epochs", str(epochs), "--init", str(start), "--out", str(out),
                                 "--set", "locked_image_epochs=1"]) == 0
+        assert sorted(set(drawn)) == list(range(epochs))  # the joint epoch draws epoch 1's texts, not epoch 0's
         after = load_file(str(out))
         assert all(torch.equal(before[k], after[k]) for k in visual) is not trained, epochs
         assert not torch.equal(before["token_embedding.weight"], after["token_embedding.weight"])
