@@ -42,18 +42,19 @@ def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None
 def lock(tower: torch.nn.Module) -> None:
     """No gradients, and batch norms that stop tracking (their running statistics and batch count
     stay, and eval still uses them): the tower comes out of training exactly as it went in."""
-    tower.requires_grad_(False)
-    for module in tower.modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            module.track_running_stats = False
+    _set_trainable(tower, False)
 
 
 def unlock(tower: torch.nn.Module) -> None:
     """Undo `lock`: the tower trains again and its batch norms track their statistics."""
-    tower.requires_grad_(True)
+    _set_trainable(tower, True)
+
+
+def _set_trainable(tower: torch.nn.Module, trainable: bool) -> None:
+    tower.requires_grad_(trainable)
     for module in tower.modules():
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            module.track_running_stats = True
+            module.track_running_stats = trainable
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
