@@ -63,6 +63,7 @@ def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
                              ("vision_map_labels=1.0", "set vision_pretrain_epochs too"),
                              ("phrase_loss=1.0", "phrase_loss needs 'scenes'"),
                              ("noun_loss=1.0", "noun_loss needs 'scenes'"),
+                             ("noun_targets=present", "noun_targets"),
                              ("relation_loss=1.0", "relation_loss needs 'scenes'"),
                              ("phrase_attributes=[size,pattern,shape]", "phrase_attributes: unknown ['pattern']"),
                              ("phrase_attributes=[size,color]", "phrase_attributes: shape is missing")):
@@ -299,6 +300,44 @@ def test_noun_targets_spread_over_every_word_of_the_shapes_an_image_holds(tiny_w
         Grounding.shape_nouns(split, scenes, ClipTokenizer(77))
 
 
+def test_presence_targets_give_each_present_noun_its_own_softmax_against_the_absent_ones(tiny_world):
+    """noun_targets: presence. Each present text's term is -log(e^l_p / (e^l_p + sum over absent e^l_a)),
+    so another present text never competes with it, and the loss reaches 0 only when every present text
+    stands clear of every absent one (the spread target is already at its floor when they are equal)."""
+    from features.clip_models.tokens import ClipTokenizer
+    from features.world.scene import load_world_scenes
+    from rewards.recipes.data import load_split
+    from rewards.recipes.grounding import Grounding, presence_loss
+
+    logits = torch.tensor([[2.0, 0.5, -1.0, 1.0], [0.0, 3.0, 1.0, -2.0]], requires_grad=True)
+    present = torch.tensor([[True, False, False, True], [False, True, False, False]])
+    by_hand = [torch.log1p((torch.exp(logits[0, 1]) + torch.exp(logits[0, 2])) / torch.exp(logits[0, p]))
+               for p in (0, 3)]
+    by_hand.append(torch.log1p((torch.exp(logits[1, 0]) + torch.exp(logits[1, 2]) + torch.exp(logits[1, 3]))
+                               / torch.exp(logits[1, 1])))
+    loss = presence_loss(logits, present)
+    assert loss.item() == pytest.approx(torch.stack(by_hand).mean().item(), rel=1e-6)
+    loss.backward()
+    assert float(logits.grad[0, 0]) < 0 and float(logits.grad[0, 3]) < 0  # both present texts pushed up
+    assert float(logits.grad[0, 1]) > 0 and float(logits.grad[0, 2]) > 0
+    apart = torch.tensor([[30.0, -30.0, -30.0, 30.0]])
+    assert float(presence_loss(apart, present[:1])) < 1e-20
+
+    split = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", None)
+    scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
+    spread = Grounding.shape_nouns(split, scenes, ClipTokenizer(77))
+    presence = Grounding.shape_nouns(split, scenes, ClipTokenizer(77), presence=True)
+    assert presence.words == spread.words and torch.equal(presence.targets, spread.targets)
+    several = [row for row, image_id in enumerate(split.image_ids) if len(scenes[image_id].objects) > 1][:2]
+    on = presence.targets[several] > 0
+    nouns = torch.nn.functional.normalize(torch.randn(len(presence.words), 8), dim=-1)
+    image = torch.nn.functional.normalize(on.float() @ nouns, dim=-1)  # leans to the nouns it holds
+    assert float(presence.loss(image, nouns, torch.tensor(2.0), torch.tensor(several))) < float(
+        presence.loss(-image, nouns, torch.tensor(2.0), torch.tensor(several)))
+    assert float(spread.loss(image, nouns, torch.tensor(2.0), torch.tensor(several))) != pytest.approx(
+        float(presence.loss(image, nouns, torch.tensor(2.0), torch.tensor(several))))
+
+
 def test_phrase_targets_are_the_phrases_the_world_parser_finds_true_of_the_scene(tiny_world):
     """object_phrases: an image's target is on exactly the phrases that the world parser (not the
     builder's own tables) reads as one object of its scene with all four attributes, evenly."""
@@ -388,7 +427,8 @@ def test_noun_and_phrase_losses_train_and_are_logged(tiny_world, tmp_path):
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(out), "--epochs", "2", "--scenes", str(tiny_world / "scenes.json"),
                             "--set", "batch_size=16", "--set", "workers=0", "--set", "noun_loss=1.0",
-                            "--set", "phrase_loss=0.5", "--set", "relation_loss=0.5", "--set", "eval_every=0"]) == 0
+                            "--set", "noun_targets=presence", "--set", "phrase_loss=0.5",
+                            "--set", "relation_loss=0.5", "--set", "eval_every=0"]) == 0
     logged = [json.loads(line) for line in out.with_suffix(".metrics.jsonl").read_text().splitlines()]
     for key in ("noun_loss", "phrase_loss", "relation_loss"):
         assert all(r[key] > 0 for r in logged)

@@ -60,6 +60,7 @@ from rewards.recipes.text_stage import TextStagePlan, read_relations
 from rewards.recipes.training import finished_summary, lock, save_weights, unlock
 
 MAX_LOGIT_SCALE = math.log(100.0)
+NounTargets = Literal["spread", "presence"]
 
 
 @dataclass
@@ -107,6 +108,10 @@ class TrainClipConfig(RecipeConfig):
     noun_loss: float = option(
         0.0, help="weight of a loss that grounds the bare shape nouns (\"star\", \"stars\"; every shape word of the "
         "world) in the images that hold them, as F-CLIPScore reads them; needs `scenes` (0: off)", at_least=0)
+    noun_targets: NounTargets = option(
+        "spread", help="with noun_loss: spread (one softmax over every noun, the target spread evenly over the nouns "
+        "of the shapes the image holds) or presence (each of those nouns in its own softmax against the nouns of "
+        "the shapes it lacks, so every object of a crowded scene counts in full)")
     phrase_loss: float = option(
         0.0, help="weight of a loss that grounds object phrases (\"a small red striped circle\", every combination "
         "of size, colour, texture and shape) in the images that hold such an object, against the phrases that "
@@ -185,9 +190,10 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     def evaluate(epoch: int) -> dict:
         return evaluate_retrieval(model, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
 
+    nouns = partial(Grounding.shape_nouns, presence=cfg.noun_targets == "presence")
     phrases = partial(Grounding.object_phrases, attributes=cfg.phrase_attributes)
     groundings = [(build(train, scenes, tokenizer), weight) for build, weight in
-                  ((Grounding.shape_nouns, cfg.noun_loss), (phrases, cfg.phrase_loss),
+                  ((nouns, cfg.noun_loss), (phrases, cfg.phrase_loss),
                    (Grounding.relation_phrases, cfg.relation_loss)) if weight]
     step = partial(contrastive_step, mask_same_captions=cfg.mask_same_captions or cfg.mirror != "none",
                    groundings=groundings, scene_labels=kept)

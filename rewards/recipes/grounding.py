@@ -7,6 +7,11 @@ texts true of its scene (from scenes.json):
   nouns alone; a CLIP trained on web alt-text has met bare nouns, one trained on the world's
   captions only meets whole sentences, so a bare noun's cosine says more about the word than about
   the image (docs/reward_models.md: an absent "square" outscored a present "circle").
+  With `presence` (`noun_targets: presence`) each noun of a shape the image holds gets its own
+  softmax against the nouns of the shapes it lacks, in place of one softmax whose target is spread
+  over every present noun: each object of a crowded scene then counts in full (with the spread
+  target, each of four shapes gets a quarter), which is the question F-CLIPScore asks of a noun
+  and a shape foil asks of a caption: is this shape there or not.
 - **Object phrases** (`phrase_loss`): "a small red striped circle", one for every combination of
   size, colour, texture and shape (canonical words; `phrase_attributes` can leave out all but the
   shape). An object's phrase must beat the phrases that differ from it in one attribute, which is what
@@ -25,9 +30,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 
 from features.clip_models.tokens import ClipTokenizer
 from features.world import lexicon
@@ -47,12 +53,16 @@ class Grounding:
     tokens: torch.Tensor   # [V, L] their token ids
     targets: torch.Tensor  # [rows of the train split, V]; each row sums to 1 over the texts true of it
     candidates: torch.Tensor | None = None  # [rows, V] the texts each row's softmax runs over (None: all)
+    presence: bool = False  # each text true of the image in its own softmax against the false ones
 
     @classmethod
-    def shape_nouns(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer) -> Grounding:
+    def shape_nouns(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer,
+                    presence: bool = False) -> Grounding:
+        """`presence`: each present noun against the absent ones (else one softmax, target spread)."""
         nouns = list(lexicon.shape_word_index().items())
-        return cls._build("noun_loss", [word for word, _ in nouns], [shape for _, shape in nouns],
-                          _each_object(lambda obj: obj.shape), split, scenes, tokenizer)
+        grounding = cls._build("noun_loss", [word for word, _ in nouns], [shape for _, shape in nouns],
+                               _each_object(lambda obj: obj.shape), split, scenes, tokenizer)
+        return replace(grounding, presence=presence)
 
     @classmethod
     def object_phrases(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer,
@@ -100,11 +110,23 @@ class Grounding:
         logits = logit_scale.exp() * image @ texts.t()
         rows = rows.cpu()
         target = self.targets[rows].to(image.device)  # only the batch's rows travel, not the table
+        if self.presence:
+            if self.candidates is not None:
+                raise ValueError(f"{self.name}: presence targets over a narrowed softmax are not defined")
+            return presence_loss(logits, target > 0)
         if self.candidates is None:  # every row sums to 1: the plain mean (the shipped noun loss, bit for bit)
             return -(target * logits.log_softmax(-1)).sum(-1).mean()
         logits = logits.masked_fill(~self.candidates[rows].to(image.device), float("-inf"))
         log_p = logits.log_softmax(-1).masked_fill(target == 0, 0.0)  # no 0 * -inf
         return -(target * log_p).sum() / target.sum().clamp(min=1)  # a row sums to 1, or to 0 where it sits out
+
+
+def presence_loss(logits: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """Mean over the present texts of each one's cross-entropy in a softmax over itself and the
+    absent texts of its image, -log(e^l_p / (e^l_p + sum over absent e^l_a)): logits [B, V], present
+    [B, V] bool. The other present texts are left out of that softmax, so none competes with another."""
+    absent = logits.masked_fill(present, float("-inf")).logsumexp(-1, keepdim=True)
+    return F.softplus(absent - logits)[present].mean()
 
 
 def _each_object(key_of: Callable[[WorldObject], object]) -> Callable[[Scene], set]:
