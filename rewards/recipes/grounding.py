@@ -110,11 +110,9 @@ class Grounding:
         logits = logit_scale.exp() * image @ texts.t()
         rows = rows.cpu()
         target = self.targets[rows].to(image.device)  # only the batch's rows travel, not the table
-        if self.presence:
-            if self.candidates is not None:
-                raise ValueError(f"{self.name}: presence targets over a narrowed softmax are not defined")
+        if self.presence:  # only the nouns have it, and they take every text as a candidate
             return presence_loss(logits, target > 0)
-        if self.candidates is None:  # every row sums to 1: the plain mean (the shipped noun loss, bit for bit)
+        if self.candidates is None:  # every row sums to 1: the plain mean (the spread noun loss, bit for bit)
             return -(target * logits.log_softmax(-1)).sum(-1).mean()
         logits = logits.masked_fill(~self.candidates[rows].to(image.device), float("-inf"))
         log_p = logits.log_softmax(-1).masked_fill(target == 0, 0.0)  # no 0 * -inf
