@@ -45,7 +45,7 @@ from rewards.recipes.relation_probe import read_facts, read_positions, read_rela
 
 @dataclass
 class ProbeRelationsConfig:
-    arch: str = option("world-clip-rn16-e256", help="open_clip architecture of the model")
+    arch: str = option("world-clip-rn16-e256-h4", help="open_clip architecture of the model")
     weights: str | None = option(None, help="the model's weights (.safetensors file or open_clip hub tag; "
                                  "default: random init, a chance-level baseline)")
     world: str = option("runs/demo/world", help="the offline world's folder (dataset.json, scenes.json, images)")

@@ -24,7 +24,7 @@ from rewards.recipes.specificity import evaluate_specificity
 class SpecificityConfig:
     kind: Literal["open_clip", "longclip", "lclip"] = option("longclip", help="reward-model kind of --weights")
     weights: str = option("", help="checkpoint file (or a hub tag for open_clip)")
-    arch: str = option("world-clip-rn16-e256", help="open_clip architecture (kind open_clip; default: the world CLIP)")
+    arch: str = option("world-clip-rn16-e256-h4", help="open_clip architecture (kind open_clip; default: world CLIP)")
     dataset: str = option("", help="Karpathy-format dataset.json with long_captions.detail_units")
     images_root: str = option("", help="folder the dataset's image paths are relative to")
     split: str = option("val", help="the split to measure on")

@@ -40,7 +40,7 @@ from rewards.recipes.foil_report import build_foils, judge_split
 @dataclass
 class SwapTowersConfig:
     teacher: str = option("", help="the teacher's weights (.safetensors file or open_clip hub tag)")
-    teacher_arch: str = option("world-clip-rn16-e256", help="the teacher's open_clip architecture")
+    teacher_arch: str = option("world-clip-rn16-e256-h4", help="the teacher's open_clip architecture")
     student: str = option("", help="the student's DistillCLIP checkpoint (.ckpt), as rewards.distill_lclip writes it")
     world: str = option("runs/demo/world", help="the offline world's folder (dataset.json, scenes.json, images)")
     split: str = option("val", help="the split whose images are scored")

@@ -32,7 +32,7 @@ python -m rewards.train_clip --config configs/reward_models/world_clip.yaml
 finish "world-clip"
 
 stage "reward-model image embeddings -> $OUT/embeds/clip.h5"
-python -m features.extract --backbone open_clip:world-clip-rn16-e256 \
+python -m features.extract --backbone open_clip:world-clip-rn16-e256-h4 \
   --pretrained "$OUT/reward_models/world_clip.safetensors" --dataset "$OUT/world/dataset.json" \
   --images-root "$OUT/world" --embeds-out "$OUT/embeds/clip.h5"
 finish "embeds"

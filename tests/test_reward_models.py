@@ -11,7 +11,16 @@ from open_clip.tokenizer import SimpleTokenizer
 
 from features.clip_models.factory import load_reward_model
 from features.clip_models.lclip import LClip
-from features.clip_models.longclip import LONG_CONTEXT, stretch_positions
+from features.clip_models.longclip import (
+    HEADS_KEY,
+    LONG_CONTEXT,
+    longclip_from_state,
+    longclip_state,
+    regroup_text_heads,
+    stretch_positions,
+    stretch_state_dict,
+    text_heads,
+)
 from features.clip_models.spec import RewardModelSpec
 from plumbing.errors import ConfigError, DataError
 from tests.clip_fixtures import (
@@ -66,6 +75,26 @@ def test_longclip_checkpoint_effective_positions_and_248_context(tmp_path):
     ids = model.tokenizer.ids(TEXTS)
     assert 77 < len(ids[2]) < 248 and len(ids[3]) == 248  # long captions keep 248 tokens, not 77
     _trimmed_equals_full(model, model.module.encode_text, 248)
+
+
+def test_longclip_files_keep_a_text_tower_with_other_heads(tmp_path):
+    """The layout fixes heads at width // 64: a width-128 tower run as four heads is written with
+    `text_heads` and reads texts as before; without the entry the same weights read them otherwise."""
+    model = longclip_from_state(stretch_state_dict(clip_state(3)))
+    assert text_heads(model) == 2 and HEADS_KEY not in longclip_state(model)
+    regroup_text_heads(model, 4, "test")
+    state = longclip_state(model)
+    assert int(state[HEADS_KEY]) == 4
+    torch.save(state, tmp_path / "spec.pt")
+    torch.save({k: v for k, v in state.items() if k != HEADS_KEY}, tmp_path / "two_heads.pt")
+    loaded = load_reward_model(RewardModelSpec(kind="longclip", weights=str(tmp_path / "spec.pt")))
+    plain = load_reward_model(RewardModelSpec(kind="longclip", weights=str(tmp_path / "two_heads.pt")))
+    tokens = loaded.tokenizer(TEXTS[:3])
+    with torch.no_grad():
+        expected = model.encode_text(tokens)
+        assert torch.allclose(loaded.module.encode_text(tokens), expected, atol=1e-6)
+        assert not torch.allclose(plain.module.encode_text(tokens), expected, atol=1e-3)
+    _trimmed_equals_full(loaded, loaded.module.encode_text, 248)  # the shared-prefix forward reads the heads too
 
 
 def test_lclip_lightning_checkpoint_loads_the_student(tmp_path):
@@ -139,6 +168,11 @@ def test_bad_checkpoints_name_the_keys(tmp_path):
     longclip = save_longclip(tmp_path / "spec.pt")
     with pytest.raises(ConfigError, match="248 text positions.*context_length 77"):
         load_reward_model(RewardModelSpec(kind="longclip", weights=str(longclip), context_length=77))
+    for heads, message in ((torch.tensor(3), "text_heads 3 does not divide the text tower's width 128"),
+                            (torch.tensor([4, 4]), "text_heads holds 2 values")):
+        torch.save({**torch.load(longclip, weights_only=True), HEADS_KEY: heads}, tmp_path / "odd_heads.pt")
+        with pytest.raises(DataError, match=f"odd_heads.pt: {message}"):
+            load_reward_model(RewardModelSpec(kind="longclip", weights=str(tmp_path / "odd_heads.pt")))
     broken = torch.load(longclip, weights_only=True)
     del broken["transformer.resblocks.0.ln_1.weight"]
     torch.save(broken, tmp_path / "broken_spec.pt")

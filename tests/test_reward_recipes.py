@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save_file
 
 from features.clip_models.factory import load_reward_model
 from features.clip_models.lclip import load_lclip
+from features.clip_models.longclip import text_heads
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.spec import RewardModelSpec
 from features.clip_models.tokens import ClipTokenizer
@@ -22,6 +24,7 @@ from rewards import specificity as specificity_cli
 from rewards import train_specs
 from rewards.recipes import distill as distill_lclip
 from rewards.recipes import feature_hints, specificity
+from rewards.recipes import specs as specs_recipe
 from rewards.recipes.data import load_split
 from rewards.recipes.detail_units import DetailSegmenter, split_scores
 from rewards.recipes.specificity import sample_triplets, shuffle_tokens
@@ -155,6 +158,22 @@ def test_train_specs_round_trips_and_specificity_runs(tiny_world, teacher_file, 
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0 <= result["sr_pos"] <= 100 and result["sr_avg"] == pytest.approx((result["sr_pos"] + result["sr_neg"]) / 2)
     assert result["images"] == 12
+
+
+def test_specs_starts_from_a_world_clip_with_its_text_heads(tmp_path):
+    """The world CLIP runs its width-128 text tower as four heads, which the OpenAI layout SPECS starts
+    from cannot say; the starting model (already 248 positions, so nothing stretched) reads texts as the
+    world CLIP does only if the heads came along."""
+    arch = "world-clip-rn16-e256-h4"
+    torch.manual_seed(0)
+    clip = load_open_clip(arch).model.eval()
+    save_file({k: v.contiguous() for k, v in clip.state_dict().items()}, str(tmp_path / "clip.safetensors"))
+    start = specs_recipe.starting_model(TrainSpecsConfig(init=str(tmp_path / "clip.safetensors"), arch=arch))
+    assert text_heads(start) == 4
+    texts = ["a red star above a blue circle", "two green squares"]
+    with torch.no_grad():
+        tokens = ClipTokenizer(248)(texts)
+        assert torch.allclose(start.encode_text(tokens), clip.encode_text(tokens), atol=1e-5)
 
 
 def test_distill_round_trips_and_shrinks(tiny_world, teacher_file, tmp_path):

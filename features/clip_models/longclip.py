@@ -4,6 +4,11 @@
 The released LongCLIP code adds `positional_embedding * mask1 + positional_embedding_res * mask2`
 with mask1 selecting the first 20 rows, so the effective table is `cat(pe[:20], pe_res[20:])`; we
 fold that into one table at load time and run an ordinary open_clip CLIP.
+
+The layout has no field for the text tower's heads: OpenAI's builder takes width // 64. A model whose
+text tower runs other heads (the world CLIP's four of 32) is written with one more entry, `text_heads`,
+and loaded with those heads; the released LongCLIP loader rejects that entry as an unexpected key
+rather than misreading the tower, and files at width // 64 heads carry no such entry.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ STRETCH = 4
 LONG_CONTEXT = 77 * STRETCH - (STRETCH - 1) * KEEP_POSITIONS  # 248
 RESIDUAL_KEY = "positional_embedding_res"
 JIT_ONLY_KEYS = ("input_resolution", "context_length", "vocab_size")
+HEADS_KEY = "text_heads"
 
 
 def stretch_positions(table: torch.Tensor, keep: int = KEEP_POSITIONS) -> torch.Tensor:
@@ -70,7 +76,10 @@ def longclip_from_state(state: dict[str, torch.Tensor], source: str | Path = "<m
     if context_length is not None and positions.shape[0] != context_length:
         raise ConfigError(f"{source}: checkpoint has {positions.shape[0]} text positions, the config expects "
                           f"context_length {context_length}")
-    state = {k: v for k, v in state.items() if k != RESIDUAL_KEY and k not in JIT_ONLY_KEYS}
+    if HEADS_KEY in state and state[HEADS_KEY].numel() != 1:
+        raise DataError(f"{source}: {HEADS_KEY} holds {state[HEADS_KEY].numel()} values, not one")
+    heads = int(state[HEADS_KEY]) if HEADS_KEY in state else 0
+    state = {k: v for k, v in state.items() if k not in (RESIDUAL_KEY, HEADS_KEY) and k not in JIT_ONLY_KEYS}
     state["positional_embedding"] = positions
     try:
         model = build_model_from_openai_state_dict(dict(state))
@@ -80,7 +89,29 @@ def longclip_from_state(state: dict[str, torch.Tensor], source: str | Path = "<m
         raise DataError(f"{source}: checkpoint does not match an OpenAI-CLIP layout: {str(exc)[:1500]}") from None
     model = model.float()  # open_clip casts to fp16 before loading; reload at full precision
     load_into(model, state, source)
+    if heads:
+        regroup_text_heads(model, heads, source)
     return model.eval()
+
+
+def text_heads(model: CLIP) -> int:
+    return model.transformer.resblocks[0].attn.num_heads
+
+
+def heads_entry(model: CLIP) -> dict[str, torch.Tensor]:
+    """{HEADS_KEY: heads} for a text tower whose heads are not the layout's width // 64, else {}."""
+    heads = text_heads(model)
+    return {} if heads == model.transformer.width // 64 else {HEADS_KEY: torch.tensor(heads)}
+
+
+def regroup_text_heads(model: CLIP, heads: int, source: str | Path) -> None:
+    """Run the text tower's attention with `heads` heads. The projections' weights do not depend on
+    the grouping (head h reads rows h·d to (h+1)·d of each), so only the split changes."""
+    width = model.transformer.width
+    if heads < 1 or width % heads:
+        raise DataError(f"{source}: {HEADS_KEY} {heads} does not divide the text tower's width {width}")
+    for block in model.transformer.resblocks:
+        block.attn.num_heads, block.attn.head_dim = heads, width // heads
 
 
 def longclip_state(model: CLIP) -> dict[str, torch.Tensor]:
@@ -88,4 +119,4 @@ def longclip_state(model: CLIP) -> dict[str, torch.Tensor]:
     hold it, so cat(pe[:20], pe_res[20:]) gives it back."""
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     state[RESIDUAL_KEY] = state["positional_embedding"].clone()
-    return state
+    return state | heads_entry(model)

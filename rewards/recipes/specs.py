@@ -29,6 +29,7 @@ from open_clip.transform import image_transform
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.longclip import (
     LONG_CONTEXT,
+    heads_entry,
     load_longclip,
     longclip_from_state,
     longclip_state,
@@ -103,7 +104,8 @@ def starting_model(cfg: TrainSpecsConfig):
     if cfg.init_kind == "longclip":
         return load_longclip(cfg.init)
     loaded = load_open_clip(cfg.arch, cfg.init)
-    return longclip_from_state(stretch_state_dict(loaded.model.state_dict()), f"{cfg.init} (stretched)")
+    stretched = stretch_state_dict(loaded.model.state_dict()) | heads_entry(loaded.model)
+    return longclip_from_state(stretched, f"{cfg.init} (stretched)")
 
 
 def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
