@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from features.clip_models.spec import WORLD_CLIP_ARCH
 from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import load_config, option
 from plumbing.errors import DataError
@@ -29,7 +30,7 @@ class RewardsBenchConfig:
     data: str = option(str(COCO_1K), help="coco_val_1k.json-style file")
     repeats: int = option(5, help="repeats per measurement (medians are reported)", at_least=1)
     arch: str | None = option(None, help="clip: open_clip architecture (default ViT-B-32); lclip: the teacher's, "
-                              "text: the model's (default world-clip-rn16-e256-h4, the world CLIP)")
+                              f"text: the model's (default {WORLD_CLIP_ARCH}, the world CLIP)")
     weights: str | None = option(None, help="clip/lclip/text: (teacher) weights file or hub tag (default: random "
                                  "init)")
     world: str = option("runs/demo/world", help="text: the offline world's folder (dataset.json, scenes.json)")
@@ -78,7 +79,7 @@ def run_lclip(cfg: RewardsBenchConfig) -> dict:
     from rewards.recipes.distill import DistillConfig
 
     shape = None if cfg.student else load_config(DistillConfig, cfg.student_config)
-    row = bench_lclip(cfg.arch or "world-clip-rn16-e256-h4", cfg.weights, cfg.student, cfg.repeats, shape=shape)
+    row = bench_lclip(cfg.arch or WORLD_CLIP_ARCH, cfg.weights, cfg.student, cfg.repeats, shape=shape)
     print(f"teacher {row['teacher_params'] / 1e6:.2f}M params, {row['teacher_pairs_per_s']:.0f} pairs/s; "
           f"student {row['student_params'] / 1e6:.2f}M ({row['param_ratio']:.0%}), {row['student_pairs_per_s']:.0f} "
           f"pairs/s; speedup x{row['speedup']:.2f}")
@@ -88,7 +89,7 @@ def run_lclip(cfg: RewardsBenchConfig) -> dict:
 def run_text(cfg: RewardsBenchConfig) -> dict:
     from rewards.benchmarks.text import bench_text
 
-    row = bench_text(cfg.world, cfg.arch or "world-clip-rn16-e256-h4", cfg.weights, cfg.repeats)
+    row = bench_text(cfg.world, cfg.arch or WORLD_CLIP_ARCH, cfg.weights, cfg.repeats)
     print(f"text tower step ({row['texts']} texts, {row['tokens']} tokens, {row['tokens_run']} run once shared): "
           f"shared prefixes {row['ours_s'] * 1e3:.0f} ms   plain {row['ref_s'] * 1e3:.0f} ms   x{row['ratio']:.2f}   "
           f"max|diff| {row['max_abs_diff']:.2e}")

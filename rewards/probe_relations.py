@@ -31,6 +31,7 @@ import torch
 
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.open_clip_models import load_open_clip
+from features.clip_models.spec import WORLD_CLIP_ARCH
 from features.clip_models.tokens import ClipTokenizer
 from features.world.scene import load_scenes
 from plumbing.cli import command, config_parser, parse_config, print_result
@@ -45,7 +46,7 @@ from rewards.recipes.relation_probe import read_facts, read_positions, read_rela
 
 @dataclass
 class ProbeRelationsConfig:
-    arch: str = option("world-clip-rn16-e256-h4", help="open_clip architecture of the model")
+    arch: str = option(WORLD_CLIP_ARCH, help="open_clip architecture of the model")
     weights: str | None = option(None, help="the model's weights (.safetensors file or open_clip hub tag; "
                                  "default: random init, a chance-level baseline)")
     world: str = option("runs/demo/world", help="the offline world's folder (dataset.json, scenes.json, images)")

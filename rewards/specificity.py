@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from features.clip_models.factory import load_reward_model
-from features.clip_models.spec import RewardModelSpec
+from features.clip_models.spec import WORLD_CLIP_ARCH, RewardModelSpec
 from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import option, require_keys
 from plumbing.device import pick_device
@@ -24,7 +24,7 @@ from rewards.recipes.specificity import evaluate_specificity
 class SpecificityConfig:
     kind: Literal["open_clip", "longclip", "lclip"] = option("longclip", help="reward-model kind of --weights")
     weights: str = option("", help="checkpoint file (or a hub tag for open_clip)")
-    arch: str = option("world-clip-rn16-e256-h4", help="open_clip architecture (kind open_clip; default: world CLIP)")
+    arch: str = option(WORLD_CLIP_ARCH, help="open_clip architecture (kind open_clip; default: world CLIP)")
     dataset: str = option("", help="Karpathy-format dataset.json with long_captions.detail_units")
     images_root: str = option("", help="folder the dataset's image paths are relative to")
     split: str = option("val", help="the split to measure on")

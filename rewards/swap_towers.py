@@ -26,6 +26,7 @@ import torch
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.lclip import LClipConfig, load_lclip
 from features.clip_models.open_clip_models import load_open_clip
+from features.clip_models.spec import WORLD_CLIP_ARCH
 from features.clip_models.tokens import ClipTokenizer
 from plumbing.cli import command, config_parser, parse_config, print_result
 from plumbing.config import option
@@ -40,7 +41,7 @@ from rewards.recipes.foil_report import build_foils, judge_split
 @dataclass
 class SwapTowersConfig:
     teacher: str = option("", help="the teacher's weights (.safetensors file or open_clip hub tag)")
-    teacher_arch: str = option("world-clip-rn16-e256-h4", help="the teacher's open_clip architecture")
+    teacher_arch: str = option(WORLD_CLIP_ARCH, help="the teacher's open_clip architecture")
     student: str = option("", help="the student's DistillCLIP checkpoint (.ckpt), as rewards.distill_lclip writes it")
     world: str = option("runs/demo/world", help="the offline world's folder (dataset.json, scenes.json, images)")
     split: str = option("val", help="the split whose images are scored")

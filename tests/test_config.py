@@ -147,6 +147,21 @@ def shipped_config_kinds() -> dict[Path, type]:
     return {path: kinds.get(path.name, TrainConfig) for path in sorted((ROOT / "configs").rglob("*.yaml"))}
 
 
+def test_the_world_configs_and_the_commands_name_one_world_clip_arch():
+    """The commands that measure the world CLIP default to WORLD_CLIP_ARCH; every world config that
+    builds or reads it must name the same arch, or its weights would load under other heads."""
+    from features.clip_models.spec import WORLD_CLIP_ARCH
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    named = [read_yaml(configs / "reward_models/world_clip.yaml")["arch"],
+             read_yaml(configs / "reward_models/world_specs.yaml")["arch"],
+             read_yaml(configs / "reward_models/world_lclip.yaml")["teacher_arch"],
+             read_yaml(configs / "scoring_world.yaml")["reward_models"]["clip"]["arch"],
+             read_yaml(configs / "scst_world_clip.yaml")["reward_models"]["clip"]["arch"]]
+    assert named == [WORLD_CLIP_ARCH] * 5
+    assert f"open_clip:{WORLD_CLIP_ARCH} " in (configs.parent / "scripts/demo.sh").read_text()
+
+
 def test_every_shipped_config_loads():
     configs = shipped_config_kinds()
     assert len(configs) >= 9

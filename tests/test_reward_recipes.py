@@ -16,7 +16,7 @@ from features.clip_models.factory import load_reward_model
 from features.clip_models.lclip import load_lclip
 from features.clip_models.longclip import text_heads
 from features.clip_models.open_clip_models import load_open_clip
-from features.clip_models.spec import RewardModelSpec
+from features.clip_models.spec import WORLD_CLIP_ARCH, RewardModelSpec
 from features.clip_models.tokens import ClipTokenizer
 from features.images import open_rgb
 from plumbing.errors import ConfigError, DataError
@@ -164,7 +164,7 @@ def test_specs_starts_from_a_world_clip_with_its_text_heads(tmp_path):
     """The world CLIP runs its width-128 text tower as four heads, which the OpenAI layout SPECS starts
     from cannot say; the starting model (already 248 positions, so nothing stretched) reads texts as the
     world CLIP does only if the heads came along."""
-    arch = "world-clip-rn16-e256-h4"
+    arch = WORLD_CLIP_ARCH
     torch.manual_seed(0)
     clip = load_open_clip(arch).model.eval()
     save_file({k: v.contiguous() for k, v in clip.state_dict().items()}, str(tmp_path / "clip.safetensors"))

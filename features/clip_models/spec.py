@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# The world CLIP's open_clip architecture (features/clip_models/model_configs/): the default of the
+# commands that measure it, so a new world CLIP arch changes here and in the world's configs only.
+WORLD_CLIP_ARCH = "world-clip-rn16-e256-h4"
+
 
 @dataclass
 class RewardModelSpec:
