@@ -169,6 +169,7 @@ def test_bad_checkpoints_name_the_keys(tmp_path):
     with pytest.raises(ConfigError, match="248 text positions.*context_length 77"):
         load_reward_model(RewardModelSpec(kind="longclip", weights=str(longclip), context_length=77))
     for heads, message in ((torch.tensor(3), "text_heads 3 does not divide the text tower's width 128"),
+                            (torch.tensor(0), "text_heads 0 does not divide the text tower's width 128"),
                             (torch.tensor([4, 4]), "text_heads holds 2 values")):
         torch.save({**torch.load(longclip, weights_only=True), HEADS_KEY: heads}, tmp_path / "odd_heads.pt")
         with pytest.raises(DataError, match=f"odd_heads.pt: {message}"):

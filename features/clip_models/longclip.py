@@ -78,8 +78,8 @@ def longclip_from_state(state: dict[str, torch.Tensor], source: str | Path = "<m
                           f"context_length {context_length}")
     if HEADS_KEY in state and state[HEADS_KEY].numel() != 1:
         raise DataError(f"{source}: {HEADS_KEY} holds {state[HEADS_KEY].numel()} values, not one")
-    heads = int(state[HEADS_KEY]) if HEADS_KEY in state else 0
-    state = {k: v for k, v in state.items() if k not in (RESIDUAL_KEY, HEADS_KEY) and k not in JIT_ONLY_KEYS}
+    heads = int(state[HEADS_KEY]) if HEADS_KEY in state else None  # a stored 0 is refused, not ignored
+    state = {k: v for k, v in state.items() if k not in (RESIDUAL_KEY, HEADS_KEY, *JIT_ONLY_KEYS)}
     state["positional_embedding"] = positions
     try:
         model = build_model_from_openai_state_dict(dict(state))
@@ -89,7 +89,7 @@ def longclip_from_state(state: dict[str, torch.Tensor], source: str | Path = "<m
         raise DataError(f"{source}: checkpoint does not match an OpenAI-CLIP layout: {str(exc)[:1500]}") from None
     model = model.float()  # open_clip casts to fp16 before loading; reload at full precision
     load_into(model, state, source)
-    if heads:
+    if heads is not None:
         regroup_text_heads(model, heads, source)
     return model.eval()
 
