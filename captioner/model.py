@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plumbing.attention import attend
 from plumbing.config import option
 from plumbing.errors import ConfigError
 
@@ -117,10 +118,10 @@ class DecoderLayer(nn.Module):
             cache[1][:, :, start:start + t] = v
             k, v = cache[0][:, :, :start + t], cache[1][:, :, :start + t]
         causal = q.shape[2] > 1
-        attn = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal and start == 0)
+        attn = attend(q, k, v, dropout_p=p, is_causal=causal and start == 0)
         x = x + self.drop(self.self_out(self._merge(attn)))
         q = self._heads(self.cross_q(self.ln_cross(x)))
-        attn = F.scaled_dot_product_attention(q, mem[0], mem[1], attn_mask=mem_mask[:, None, None, :], dropout_p=p)
+        attn = attend(q, mem[0], mem[1], attn_mask=mem_mask[:, None, None, :], dropout_p=p)
         x = x + self.drop(self.cross_out(self._merge(attn)))
         return x + self.drop(self.ff(self.ln_ff(x)))
 

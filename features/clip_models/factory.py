@@ -24,6 +24,7 @@ from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.spec import RewardModelSpec
 from features.clip_models.text_batches import pooled_block, project_text, supports_pooled_block
 from features.clip_models.tokens import ClipTokenizer
+from plumbing.attention import varying_shapes
 from plumbing.errors import ConfigError
 
 
@@ -71,6 +72,10 @@ def clip_text_forward(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     pooled_last = supports_pooled_block(model) and getattr(model.transformer, "batch_first", False)
 
     def forward(tokens: torch.Tensor) -> torch.Tensor:
+        with varying_shapes(tokens.device):  # open_clip's blocks see a new length most batches
+            return trimmed(tokens)
+
+    def trimmed(tokens: torch.Tensor) -> torch.Tensor:
         length = tokens.shape[1]
         cast = model.transformer.get_cast_dtype()
         x = model.token_embedding(tokens).to(cast) + model.positional_embedding[:length].to(cast)

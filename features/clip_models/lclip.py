@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from features.clip_models.checkpoints import load_into, load_state_dict_file
+from plumbing.attention import attend
 from plumbing.errors import DataError
 
 STUDENT_PREFIX = "student."
@@ -61,7 +62,7 @@ class MultiplexAttention(nn.Module):
         head_width = width // self.heads
         if queries is None:
             q, k, v = self.qkv(x).view(batch, length, 3, self.heads, head_width).permute(2, 0, 3, 1, 4)
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            out = attend(q, k, v, is_causal=causal)
         else:
             k, v = F.linear(x, self.qkv.weight[width:], self.qkv.bias[width:]).view(
                 batch, length, 2, self.heads, head_width).permute(2, 0, 3, 1, 4)
@@ -69,7 +70,7 @@ class MultiplexAttention(nn.Module):
             q = F.linear(picked, self.qkv.weight[:width], self.qkv.bias[:width]).view(
                 batch, queries.shape[1], self.heads, head_width).transpose(1, 2)
             seen = (torch.arange(length, device=x.device) <= queries[:, :, None])[:, None] if causal else None
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=seen)
+            out = attend(q, k, v, attn_mask=seen)
         return self.proj(out.transpose(1, 2).reshape(batch, out.shape[2], width))
 
 

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from plumbing.attention import attend
+
 MIN_SHARED = 4  # a row sharing fewer leading tokens runs whole: gathering its prefix saves nothing
 
 
@@ -129,7 +131,7 @@ class _SharedForward:
             *early, last = self.model.transformer.resblocks
             for block in early:
                 q, k, v = _qkv(block, x)
-                x = _finish_block(block, x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+                x = _finish_block(block, x, attend(q, k, v, attn_mask=mask))
             texts, *at = packed.pooled_of(rows)
             local, slots, queries = (t.to(self.device) for t in at)
             seen = mask.gather(2, queries[:, None, :, None].expand(-1, 1, -1, mask.shape[-1]))
@@ -255,7 +257,7 @@ def pooled_block(block: torch.nn.Module, x: torch.Tensor, queries: torch.Tensor,
     picked = queries[:, :, None].expand(-1, -1, width)
     q = F.linear(normed.gather(1, picked), attn.in_proj_weight[:width], attn.in_proj_bias[:width])
     q = q.view(n, queries.shape[1], heads, width // heads).transpose(1, 2)
-    attended = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=seen)
+    attended = attend(q, kv[0], kv[1], attn_mask=seen)
     return _finish_block(block, x.gather(1, picked), attended)
 
 
