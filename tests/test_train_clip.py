@@ -338,6 +338,30 @@ def test_presence_targets_give_each_present_noun_its_own_softmax_against_the_abs
         float(presence.loss(image, nouns, torch.tensor(2.0), torch.tensor(several))))
 
 
+def test_presence_floor_makes_cosine_zero_one_more_rival(tiny_world):
+    """noun_targets: presence_floor. F-CLIPScore counts a noun under cosine 0 as nothing, so a present
+    noun that ranks above the absent ones but sits under 0 still costs: the term is
+    -log(e^l_p / (e^l_p + e^0 + sum over absent e^l_a))."""
+    from features.clip_models.tokens import ClipTokenizer
+    from features.world.scene import load_world_scenes
+    from rewards.recipes.data import load_split
+    from rewards.recipes.grounding import Grounding, presence_loss
+
+    logits = torch.tensor([[-5.0, -10.0, -12.0], [4.0, -1.0, 1.0]])
+    present = torch.tensor([[True, False, False], [True, False, False]])
+    by_hand = [torch.log1p((1 + torch.exp(logits[r, 1]) + torch.exp(logits[r, 2])) / torch.exp(logits[r, 0]))
+               for r in range(2)]
+    assert presence_loss(logits, present, floor=True).item() == pytest.approx(torch.stack(by_hand).mean().item(),
+                                                                              rel=1e-6)
+    below_zero = presence_loss(logits[:1], present[:1], floor=True).item()
+    assert below_zero > 5.0 > 100 * presence_loss(logits[:1], present[:1]).item()  # ranked first, yet under 0
+
+    split = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", None)
+    scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
+    floored = Grounding.shape_nouns(split, scenes, ClipTokenizer(77), presence=True, floor=True)
+    assert floored.presence and floored.floor
+
+
 def test_phrase_targets_are_the_phrases_the_world_parser_finds_true_of_the_scene(tiny_world):
     """object_phrases: an image's target is on exactly the phrases that the world parser (not the
     builder's own tables) reads as one object of its scene with all four attributes, evenly."""

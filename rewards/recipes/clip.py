@@ -60,7 +60,7 @@ from rewards.recipes.text_stage import TextStagePlan, read_relations
 from rewards.recipes.training import finished_summary, lock, save_weights, unlock
 
 MAX_LOGIT_SCALE = math.log(100.0)
-NounTargets = Literal["spread", "presence"]
+NounTargets = Literal["spread", "presence", "presence_floor"]
 
 
 @dataclass
@@ -111,7 +111,8 @@ class TrainClipConfig(RecipeConfig):
     noun_targets: NounTargets = option(
         "spread", help="with noun_loss: spread (one softmax over every noun, the target spread evenly over the nouns "
         "of the shapes the image holds) or presence (each of those nouns in its own softmax against the nouns of "
-        "the shapes it lacks, so every object of a crowded scene counts in full)")
+        "the shapes it lacks, so every object of a crowded scene counts in full) or presence_floor (that, with "
+        "cosine 0 also a rival: F-CLIPScore counts a noun under 0 as nothing)")
     phrase_loss: float = option(
         0.0, help="weight of a loss that grounds object phrases (\"a small red striped circle\", every combination "
         "of size, colour, texture and shape) in the images that hold such an object, against the phrases that "
@@ -190,7 +191,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     def evaluate(epoch: int) -> dict:
         return evaluate_retrieval(model, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
 
-    nouns = partial(Grounding.shape_nouns, presence=cfg.noun_targets == "presence")
+    nouns = partial(Grounding.shape_nouns, presence=cfg.noun_targets.startswith("presence"),
+                    floor=cfg.noun_targets == "presence_floor")
     phrases = partial(Grounding.object_phrases, attributes=cfg.phrase_attributes)
     groundings = [(build(train, scenes, tokenizer), weight) for build, weight in
                   ((nouns, cfg.noun_loss), (phrases, cfg.phrase_loss),

@@ -11,7 +11,10 @@ texts true of its scene (from scenes.json):
   softmax against the nouns of the shapes it lacks, in place of one softmax whose target is spread
   over every present noun: each object of a crowded scene then counts in full (with the spread
   target, each of four shapes gets a quarter), which is the question F-CLIPScore asks of a noun
-  and a shape foil asks of a caption: is this shape there or not.
+  and a shape foil asks of a caption: is this shape there or not. `presence_floor` also puts cosine 0
+  among each softmax's rivals: F-CLIPScore scores a noun 2.5 max(cos, 0), so a present noun under 0
+  counts as nothing, and the plain presence softmax, which only ranks an image's nouns, leaves most
+  present nouns of three- and four-object scenes there (docs/reward_models.md, "Nouns above cosine 0").
 - **Object phrases** (`phrase_loss`): "a small red striped circle", one for every combination of
   size, colour, texture and shape (canonical words; `phrase_attributes` can leave out all but the
   shape). An object's phrase must beat the phrases that differ from it in one attribute, which is what
@@ -54,15 +57,17 @@ class Grounding:
     targets: torch.Tensor  # [rows of the train split, V]; each row sums to 1 over the texts true of it
     candidates: torch.Tensor | None = None  # [rows, V] the texts each row's softmax runs over (None: all)
     presence: bool = False  # each text true of the image in its own softmax against the false ones
+    floor: bool = False     # with presence: cosine 0 is one more rival of each true text
 
     @classmethod
     def shape_nouns(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer,
-                    presence: bool = False) -> Grounding:
-        """`presence`: each present noun against the absent ones (else one softmax, target spread)."""
+                    presence: bool = False, floor: bool = False) -> Grounding:
+        """`presence`: each present noun against the absent ones (else one softmax, target spread);
+        `floor`: and against cosine 0."""
         nouns = list(lexicon.shape_word_index().items())
         grounding = cls._build("noun_loss", [word for word, _ in nouns], [shape for _, shape in nouns],
                                _each_object(lambda obj: obj.shape), split, scenes, tokenizer)
-        return replace(grounding, presence=presence)
+        return replace(grounding, presence=presence, floor=floor)
 
     @classmethod
     def object_phrases(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer,
@@ -111,7 +116,7 @@ class Grounding:
         rows = rows.cpu()
         target = self.targets[rows].to(image.device)  # only the batch's rows travel, not the table
         if self.presence:  # only the nouns have it, and they take every text as a candidate
-            return presence_loss(logits, target > 0)
+            return presence_loss(logits, target > 0, self.floor)
         if self.candidates is None:  # every row sums to 1: the plain mean (the spread noun loss, bit for bit)
             return -(target * logits.log_softmax(-1)).sum(-1).mean()
         logits = logits.masked_fill(~self.candidates[rows].to(image.device), float("-inf"))
@@ -119,11 +124,14 @@ class Grounding:
         return -(target * log_p).sum() / target.sum().clamp(min=1)  # a row sums to 1, or to 0 where it sits out
 
 
-def presence_loss(logits: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+def presence_loss(logits: torch.Tensor, present: torch.Tensor, floor: bool = False) -> torch.Tensor:
     """Mean over the present texts of each one's cross-entropy in a softmax over itself and the
     absent texts of its image, -log(e^l_p / (e^l_p + sum over absent e^l_a)): logits [B, V], present
-    [B, V] bool. The other present texts are left out of that softmax, so none competes with another."""
+    [B, V] bool. The other present texts are left out of that softmax, so none competes with another.
+    `floor`: a logit of 0 (cosine 0) joins the absent ones."""
     absent = logits.masked_fill(present, float("-inf")).logsumexp(-1, keepdim=True)
+    if floor:
+        absent = torch.logaddexp(absent, torch.zeros_like(absent))
     return F.softplus(absent - logits)[present].mean()
 
 
