@@ -326,7 +326,7 @@ def test_presence_targets_give_each_present_noun_its_own_softmax_against_the_abs
     split = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", None)
     scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
     spread = Grounding.shape_nouns(split, scenes, ClipTokenizer(77))
-    presence = Grounding.shape_nouns(split, scenes, ClipTokenizer(77), presence=True)
+    presence = Grounding.shape_nouns(split, scenes, ClipTokenizer(77), targets="presence")
     assert presence.words == spread.words and torch.equal(presence.targets, spread.targets)
     several = [row for row, image_id in enumerate(split.image_ids) if len(scenes[image_id].objects) > 1][:2]
     on = presence.targets[several] > 0
@@ -358,7 +358,7 @@ def test_presence_floor_makes_cosine_zero_one_more_rival(tiny_world):
 
     split = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train", None)
     scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
-    floored = Grounding.shape_nouns(split, scenes, ClipTokenizer(77), presence=True, floor=True)
+    floored = Grounding.shape_nouns(split, scenes, ClipTokenizer(77), targets="presence_floor")
     assert floored.presence and floored.floor
 
 

@@ -46,7 +46,7 @@ from rewards.recipes.data import (
     pick,
 )
 from rewards.recipes.foil_report import announce, foil_accuracy
-from rewards.recipes.grounding import PHRASE_ATTRIBUTES, Grounding
+from rewards.recipes.grounding import PHRASE_ATTRIBUTES, Grounding, NounTargets
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
 from rewards.recipes.scene_labels import (
@@ -60,7 +60,6 @@ from rewards.recipes.text_stage import TextStagePlan, read_relations
 from rewards.recipes.training import finished_summary, lock, save_weights, unlock
 
 MAX_LOGIT_SCALE = math.log(100.0)
-NounTargets = Literal["spread", "presence", "presence_floor"]
 
 
 @dataclass
@@ -191,8 +190,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     def evaluate(epoch: int) -> dict:
         return evaluate_retrieval(model, tokenizer, val, loaded.preprocess, run.device, cfg.workers)
 
-    nouns = partial(Grounding.shape_nouns, presence=cfg.noun_targets.startswith("presence"),
-                    floor=cfg.noun_targets == "presence_floor")
+    nouns = partial(Grounding.shape_nouns, targets=cfg.noun_targets)
     phrases = partial(Grounding.object_phrases, attributes=cfg.phrase_attributes)
     groundings = [(build(train, scenes, tokenizer), weight) for build, weight in
                   ((nouns, cfg.noun_loss), (phrases, cfg.phrase_loss),

@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +44,8 @@ from features.world import lexicon
 from features.world.scene import Scene, WorldObject
 from plumbing.errors import DataError
 from rewards.recipes.data import Split
+
+NounTargets = Literal["spread", "presence", "presence_floor"]  # train_clip's noun_targets
 
 PHRASE_ATTRIBUTES = ("size", "color", "texture", "shape")  # an object phrase's words, in the captions' order
 _ATTRIBUTE_VALUES = {"size": tuple(lexicon.SIZES), "color": tuple(lexicon.COLORS), "texture": lexicon.TEXTURES,
@@ -61,13 +64,13 @@ class Grounding:
 
     @classmethod
     def shape_nouns(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer,
-                    presence: bool = False, floor: bool = False) -> Grounding:
-        """`presence`: each present noun against the absent ones (else one softmax, target spread);
-        `floor`: and against cosine 0."""
+                    targets: NounTargets = "spread") -> Grounding:
+        """`targets`: spread (one softmax, the target spread over the present nouns), presence (each
+        present noun against the absent ones) or presence_floor (and against cosine 0)."""
         nouns = list(lexicon.shape_word_index().items())
         grounding = cls._build("noun_loss", [word for word, _ in nouns], [shape for _, shape in nouns],
                                _each_object(lambda obj: obj.shape), split, scenes, tokenizer)
-        return replace(grounding, presence=presence, floor=floor)
+        return replace(grounding, presence=targets != "spread", floor=targets == "presence_floor")
 
     @classmethod
     def object_phrases(cls, split: Split, scenes: dict[int, Scene], tokenizer: ClipTokenizer,
