@@ -43,9 +43,8 @@ python -m features.extract --backbone longclip --pretrained "$OUT/reward_models/
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/specs.h5"
 finish "specs"
 
-stage "L-CLIP (distilled from the world CLIP; demo length: 40 epochs of the teacher's feature maps, then 4 + 1) -> $OUT/reward_models/world_lclip.ckpt"
-python -m rewards.distill_lclip --config configs/reward_models/world_lclip.yaml \
-  --set stage1_epochs=4 --set stage2_epochs=1
+stage "L-CLIP (distilled from the world CLIP: its text tower a copy of the teacher's, its image tower 60 epochs on the teacher's feature maps and embeddings, then 1 of stage 2) -> $OUT/reward_models/world_lclip.ckpt"
+python -m rewards.distill_lclip --config configs/reward_models/world_lclip.yaml
 python -m features.extract --backbone lclip --pretrained "$OUT/reward_models/world_lclip.ckpt" \
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/lclip.h5"
 finish "lclip"

@@ -217,6 +217,42 @@ def test_distill_stage2_freezes_the_students_text_tower(tiny_world, teacher_file
     assert not all(torch.equal(load_lclip(frozen).state_dict()[k], start.state_dict()[k]) for k in image)
 
 
+def test_the_student_keeps_its_teachers_text_heads_through_its_checkpoint(tmp_path):
+    """The world CLIP's width-128 text tower runs four heads; a student built at width // 64 (two) would
+    copy its blocks into another computation. At full rank and unshared blocks the student's text
+    tower starts as the teacher's (cosine above 0.999), and the checkpoint's hyper_parameters carry the
+    heads to every loader; without them the same weights read texts otherwise."""
+    torch.manual_seed(0)
+    teacher = load_open_clip(WORLD_CLIP_ARCH).model.eval()
+    cfg = distill_lclip.DistillConfig(stem_channels=[8, 16, 32], vision_width=128, repeats=1, embed_rank=128)
+    student = distill_lclip.LClip(distill_lclip.student_config(teacher, cfg))
+    assert student.config.text_heads == text_heads(teacher) == 4
+    distill_lclip.init_from_teacher(student, teacher)
+    tokens = ClipTokenizer(int(teacher.context_length))(["a red star above a blue circle", "two green squares"])
+
+    def cosine(encode) -> torch.Tensor:  # the student's GELU is not the teacher's quick one: close, not equal
+        with torch.no_grad():
+            return F.cosine_similarity(encode(tokens), teacher.encode_text(tokens)).min()
+
+    assert cosine(student.eval().encode_text) > 0.999
+    path = tmp_path / "student.ckpt"
+    distill_lclip.save_student(student, str(path), stage_epochs=(0, 0))
+    loaded = load_reward_model(RewardModelSpec(kind="lclip", weights=str(path)))
+    assert loaded.module.config.text_heads == 4 and loaded.module.config.vision_heads == 2
+    checkpoint = torch.load(path, weights_only=True)
+    torch.save({k: v for k, v in checkpoint.items() if k != "hyper_parameters"}, tmp_path / "bare.ckpt")
+    bare = load_lclip(tmp_path / "bare.ckpt")
+    assert cosine(loaded.module.encode_text) > 0.999
+    assert bare.config.text_heads == 2 and cosine(bare.encode_text) < 0.99, float(cosine(bare.encode_text))
+    for value, message in ((3, "text_heads 3 does not divide the tower's width 128"),
+                           ("4", "hyper_parameters.text_heads must be a positive integer")):
+        torch.save({**checkpoint, "hyper_parameters": {"text_heads": value}}, tmp_path / "bad.ckpt")
+        with pytest.raises(DataError, match=f"bad.ckpt: {message}"):
+            load_lclip(tmp_path / "bad.ckpt")
+    with pytest.raises(ConfigError, match="text_heads 3 does not divide the teacher's text width 128"):
+        distill_lclip.student_config(teacher, distill_lclip.DistillConfig(**{**vars(cfg), "text_heads": 3}))
+
+
 def test_the_students_token_embedding_can_start_from_the_rows_the_captions_use(tiny_world, teacher_file):
     """embed_init: used: the factorised embedding's directions come from the rows the train captions use,
     so those rows start closer to the teacher's than under the plain SVD, which the default keeps

@@ -16,6 +16,11 @@ NESTING_KEYS = ("state_dict", "model", "module")
 
 def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     """Read a weights file (.safetensors, or a torch file loadable with weights_only=True)."""
+    return unwrap_state_dict(load_weights_file(path), path)
+
+
+def load_weights_file(path: str | Path) -> object:
+    """A weights file's contents as saved (a checkpoint's wrapper dict kept), loaded safely."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: weights file not found")
@@ -33,7 +38,7 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
         raise DataError(f"{path}: cannot load weights safely: {_refusal_reason(path)}") from None
     except (OSError, RuntimeError, ValueError, EOFError, SafetensorError) as exc:
         raise DataError(f"{path}: cannot load weights safely (weights_only / safetensors): {exc}") from None
-    return unwrap_state_dict(state, path)
+    return state
 
 
 TORCH_FILE_STARTS = (b"PK\x03\x04", b"\x80")  # torch.save's zip archive; the legacy pickle format

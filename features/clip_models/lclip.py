@@ -6,7 +6,9 @@ and MLP `fc1`/`fc2`) is run `repeats` times in a row, each run with its own Laye
 RepeatedMiniBlock. The text tower factorises the token embedding into vocab×rank then
 rank×width (rank 256 in the paper). DistillCLIP saves a Lightning checkpoint whose
 `state_dict` holds the student under `student.` (and the teacher under `teacher.`).
-The architecture is read from the tensor shapes; only the head counts are configuration. The image
+The architecture is read from the tensor shapes; only the head counts are not: a checkpoint may name them
+in Lightning's `hyper_parameters` (`vision_heads`, `text_heads`; rewards.distill_lclip writes them, since a
+student keeps its teacher's text heads), else they are width // 64 unless the caller says. The image
 tower starts with a patch projection (`conv1`, as DistillCLIP) or, for small images whose shapes a
 patch projection cannot see, a few stride-2 convolutions (`stem`).
 """
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from features.clip_models.checkpoints import load_into, load_state_dict_file
+from features.clip_models.checkpoints import load_into, load_weights_file, unwrap_state_dict
 from plumbing.attention import attend
 from plumbing.errors import DataError
 
@@ -261,12 +263,39 @@ def _indices(state: dict[str, torch.Tensor], prefix: str) -> set[str]:
     return {k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)}
 
 
+HEAD_KEYS = ("vision_heads", "text_heads")
+
+
+def stored_heads(checkpoint: object, source: str | Path) -> dict[str, int]:
+    """The head counts a checkpoint's `hyper_parameters` name ({} when it names none)."""
+    hyper = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+    if not isinstance(hyper, dict):
+        return {}
+    heads = {}
+    for key in HEAD_KEYS:
+        if key not in hyper:
+            continue
+        value = hyper[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DataError(f"{source}: hyper_parameters.{key} must be a positive integer, got {value!r}")
+        heads[key] = value
+    return heads
+
+
 def load_lclip(path: str | Path, vision_heads: int = 0, text_heads: int = 0, repeats: int = 0,
                context_length: int | None = None) -> LClip:
     """Build the student from a DistillCLIP Lightning checkpoint (or a bare student state dict); `repeats`
-    0 reads the runs of each shared block off the checkpoint."""
-    state = student_state(load_state_dict_file(path), path)
-    cfg = infer_config(state, path, vision_heads, text_heads, repeats)
+    0 reads the runs of each shared block off the checkpoint, head counts 0 the checkpoint's
+    `hyper_parameters` (else width // 64)."""
+    checkpoint = load_weights_file(path)
+    state = student_state(unwrap_state_dict(checkpoint, path), path)
+    stored = stored_heads(checkpoint, path)
+    cfg = infer_config(state, path, vision_heads or stored.get("vision_heads", 0),
+                       text_heads or stored.get("text_heads", 0), repeats)
+    for width, heads, key in ((cfg.vision_width, cfg.vision_heads, "vision_heads"),
+                              (cfg.text_width, cfg.text_heads, "text_heads")):
+        if width % heads:
+            raise DataError(f"{path}: {key} {heads} does not divide the tower's width {width}")
     if context_length is not None and cfg.context_length != context_length:
         raise DataError(f"{path}: checkpoint has {cfg.context_length} text positions, the config expects "
                         f"context_length {context_length}")

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from features.clip_models.factory import clip_text_forward
 from features.clip_models.lclip import LClip, LClipConfig, stem_stride
+from features.clip_models.longclip import text_heads
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.text_batches import prefix_tree
 from features.clip_models.tokens import ClipTokenizer
@@ -56,6 +57,10 @@ class DistillConfig(RecipeConfig):
     text_layers: int = option(2, help="student text-tower layers after multiplexing", at_least=1)
     repeats: int = option(2, help="runs of each shared block", at_least=1)
     embed_rank: int = option(32, help="factorised token embedding: vocab x rank, then rank x width", at_least=1)
+    text_heads: int = option(
+        0, help="student text-tower attention heads; 0 = the teacher's, so the copied blocks compute what the "
+        "teacher's do (the world CLIP's four heads read as two give other texts: cosine 0.85 with the teacher's "
+        "at full rank)", at_least=0)
     vision_width: int = option(0, help="student image-tower width; 0 = the teacher's (a ViT teacher)", at_least=0)
     stem_channels: list[int] = option(factory=list, help="student image tower: widths of a conv stem's first "
                                       "stride-2 convs ([] = a patch stem; needed for a non-ViT teacher)")
@@ -136,8 +141,15 @@ def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
                        vision_layers=cfg.vision_layers, vision_heads=max(1, width // 64),
                        context_length=int(teacher.context_length), vocab_size=teacher.token_embedding.weight.shape[0],
                        embed_rank=cfg.embed_rank, text_width=text_width, text_layers=cfg.text_layers,
-                       text_heads=max(1, text_width // 64), repeats=cfg.repeats, stem_channels=tuple(cfg.stem_channels),
-                       stem_norm=cfg.stem_norm)
+                       text_heads=_text_heads(teacher, cfg), repeats=cfg.repeats,
+                       stem_channels=tuple(cfg.stem_channels), stem_norm=cfg.stem_norm)
+
+
+def _text_heads(teacher, cfg: DistillConfig) -> int:
+    heads, width = cfg.text_heads or text_heads(teacher), teacher.ln_final.weight.shape[0]
+    if width % heads:
+        raise ConfigError(f"text_heads {heads} does not divide the teacher's text width {width}")
+    return heads
 
 
 def _is_vit(visual) -> bool:
@@ -356,7 +368,10 @@ def compare_on_val(teacher, student: LClip, tokenizer: ClipTokenizer, val: Split
 def save_student(student: LClip, out: str, stage_epochs: tuple[int, int]) -> None:
     state = {f"student.{k}": v.detach().cpu().contiguous() for k, v in student.state_dict().items()}
     with atomic_path(out) as tmp:
-        torch.save({"state_dict": state, "epoch": sum(stage_epochs), "stage_epochs": list(stage_epochs)}, tmp)
+        # head counts go where a Lightning checkpoint keeps its settings: the weights do not fix them
+        heads = {"vision_heads": student.config.vision_heads, "text_heads": student.config.text_heads}
+        torch.save({"state_dict": state, "epoch": sum(stage_epochs), "stage_epochs": list(stage_epochs),
+                    "hyper_parameters": heads}, tmp)
 
 
 def _params(model: torch.nn.Module) -> int:
