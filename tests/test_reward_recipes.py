@@ -3,6 +3,7 @@ runs whose checkpoints load through the reward-model loaders, and bad inputs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -250,7 +251,7 @@ def test_the_student_keeps_its_teachers_text_heads_through_its_checkpoint(tmp_pa
         with pytest.raises(DataError, match=f"bad.ckpt: {message}"):
             load_lclip(tmp_path / "bad.ckpt")
     with pytest.raises(ConfigError, match="text_heads 3 does not divide the teacher's text width 128"):
-        distill_lclip.student_config(teacher, distill_lclip.DistillConfig(**{**vars(cfg), "text_heads": 3}))
+        distill_lclip.student_config(teacher, dataclasses.replace(cfg, text_heads=3))
 
 
 def test_the_students_token_embedding_can_start_from_the_rows_the_captions_use(tiny_world, teacher_file):

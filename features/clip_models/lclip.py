@@ -266,6 +266,11 @@ def _indices(state: dict[str, torch.Tensor], prefix: str) -> set[str]:
 HEAD_KEYS = ("vision_heads", "text_heads")
 
 
+def heads_entry(cfg: LClipConfig) -> dict[str, int]:
+    """The head counts as a checkpoint's `hyper_parameters` keep them (`stored_heads` reads them back)."""
+    return {key: getattr(cfg, key) for key in HEAD_KEYS}
+
+
 def stored_heads(checkpoint: object, source: str | Path) -> dict[str, int]:
     """The head counts a checkpoint's `hyper_parameters` name ({} when it names none)."""
     hyper = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from features.clip_models.factory import clip_text_forward
-from features.clip_models.lclip import LClip, LClipConfig, stem_stride
+from features.clip_models.lclip import LClip, LClipConfig, heads_entry, stem_stride
 from features.clip_models.longclip import text_heads
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.text_batches import prefix_tree
@@ -134,6 +134,9 @@ def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
     if image_dim != embed_dim:
         raise ConfigError(f"teacher image and text embeddings differ in size ({image_dim} vs {embed_dim}); "
                           "the student distils both into one space and needs them equal")
+    heads = cfg.text_heads or text_heads(teacher)
+    if text_width % heads:
+        raise ConfigError(f"text_heads {heads} does not divide the teacher's text width {text_width}")
     if cfg.embed_dim and cfg.embed_dim != embed_dim:
         raise ConfigError(f"student embed_dim {cfg.embed_dim} differs from the teacher's {embed_dim}: L_D compares "
                           "teacher and student embeddings directly, so they must have one size (set embed_dim: 0)")
@@ -141,15 +144,8 @@ def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
                        vision_layers=cfg.vision_layers, vision_heads=max(1, width // 64),
                        context_length=int(teacher.context_length), vocab_size=teacher.token_embedding.weight.shape[0],
                        embed_rank=cfg.embed_rank, text_width=text_width, text_layers=cfg.text_layers,
-                       text_heads=_text_heads(teacher, cfg), repeats=cfg.repeats,
+                       text_heads=heads, repeats=cfg.repeats,
                        stem_channels=tuple(cfg.stem_channels), stem_norm=cfg.stem_norm)
-
-
-def _text_heads(teacher, cfg: DistillConfig) -> int:
-    heads, width = cfg.text_heads or text_heads(teacher), teacher.ln_final.weight.shape[0]
-    if width % heads:
-        raise ConfigError(f"text_heads {heads} does not divide the teacher's text width {width}")
-    return heads
 
 
 def _is_vit(visual) -> bool:
@@ -369,9 +365,8 @@ def save_student(student: LClip, out: str, stage_epochs: tuple[int, int]) -> Non
     state = {f"student.{k}": v.detach().cpu().contiguous() for k, v in student.state_dict().items()}
     with atomic_path(out) as tmp:
         # head counts go where a Lightning checkpoint keeps its settings: the weights do not fix them
-        heads = {"vision_heads": student.config.vision_heads, "text_heads": student.config.text_heads}
         torch.save({"state_dict": state, "epoch": sum(stage_epochs), "stage_epochs": list(stage_epochs),
-                    "hyper_parameters": heads}, tmp)
+                    "hyper_parameters": heads_entry(student.config)}, tmp)
 
 
 def _params(model: torch.nn.Module) -> int:
