@@ -212,10 +212,16 @@ def student_state(state: dict[str, torch.Tensor], source: str | Path) -> dict[st
     return {k[len(STUDENT_PREFIX):]: v for k, v in state.items() if k.startswith(STUDENT_PREFIX)}
 
 
+def default_heads(width: int) -> int:
+    """Attention heads of a tower whose checkpoint names none: DistillCLIP's (and OpenAI's) width // 64."""
+    return max(1, width // 64)
+
+
 def infer_config(state: dict[str, torch.Tensor], source: str | Path, vision_heads: int = 0, text_heads: int = 0,
                  repeats: int = 0) -> LClipConfig:
     """The student's shape from its weights; `repeats` 0 reads it off the per-run norms of the first block
-    (each run of a shared block has its own), a given value must agree with them."""
+    (each run of a shared block has its own), a given value must agree with them; head counts 0 are
+    `default_heads`, and any head count must divide its tower's width."""
     stem = stem_shapes(state)
     repeats = repeats or count_repeats(state)
     try:
@@ -227,16 +233,20 @@ def infer_config(state: dict[str, torch.Tensor], source: str | Path, vision_head
         raise DataError(f"{source}: not an L-CLIP student checkpoint: missing keys {exc}") from None
     grid = round((vision_pos.shape[0] - 1) ** 0.5)
     vision_width, text_width = vision_pos.shape[1], token_proj.shape[0]
+    vision_heads, text_heads = vision_heads or default_heads(vision_width), text_heads or default_heads(text_width)
+    for width, heads, key in ((vision_width, vision_heads, "vision_heads"), (text_width, text_heads, "text_heads")):
+        if width % heads:
+            raise DataError(f"{source}: {key} {heads} does not divide the tower's width {width}")
     patch = stem_stride(stem[:-1]) if stem else conv.shape[-1]
     return LClipConfig(
         embed_dim=projection.shape[1], image_size=grid * patch, patch_size=patch,
         stem_channels=tuple(stem[:-1]), stem_norm=any(k.endswith(".running_mean") for k in state
                                                       if k.startswith("image_encoder.stem.")),
         vision_width=vision_width, vision_layers=_count_blocks(state, "image_encoder") * repeats,
-        vision_heads=vision_heads or max(1, vision_width // 64), context_length=text_pos.shape[0],
+        vision_heads=vision_heads, context_length=text_pos.shape[0],
         vocab_size=tokens.shape[0], embed_rank=tokens.shape[1], text_width=text_width,
         text_layers=_count_blocks(state, "text_encoder") * repeats,
-        text_heads=text_heads or max(1, text_width // 64), repeats=repeats,
+        text_heads=text_heads, repeats=repeats,
     )
 
 
@@ -297,10 +307,6 @@ def load_lclip(path: str | Path, vision_heads: int = 0, text_heads: int = 0, rep
     stored = stored_heads(checkpoint, path)
     cfg = infer_config(state, path, vision_heads or stored.get("vision_heads", 0),
                        text_heads or stored.get("text_heads", 0), repeats)
-    for width, heads, key in ((cfg.vision_width, cfg.vision_heads, "vision_heads"),
-                              (cfg.text_width, cfg.text_heads, "text_heads")):
-        if width % heads:
-            raise DataError(f"{path}: {key} {heads} does not divide the tower's width {width}")
     if context_length is not None and cfg.context_length != context_length:
         raise DataError(f"{path}: checkpoint has {cfg.context_length} text positions, the config expects "
                         f"context_length {context_length}")

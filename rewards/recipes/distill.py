@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from features.clip_models.factory import clip_text_forward
-from features.clip_models.lclip import LClip, LClipConfig, heads_entry, stem_stride
+from features.clip_models.lclip import LClip, LClipConfig, default_heads, heads_entry, stem_stride
 from features.clip_models.longclip import text_heads
 from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.text_batches import prefix_tree
@@ -141,7 +141,7 @@ def student_config(teacher, cfg: DistillConfig) -> LClipConfig:
         raise ConfigError(f"student embed_dim {cfg.embed_dim} differs from the teacher's {embed_dim}: L_D compares "
                           "teacher and student embeddings directly, so they must have one size (set embed_dim: 0)")
     return LClipConfig(embed_dim=embed_dim, image_size=size, patch_size=patch, vision_width=width,
-                       vision_layers=cfg.vision_layers, vision_heads=max(1, width // 64),
+                       vision_layers=cfg.vision_layers, vision_heads=default_heads(width),
                        context_length=int(teacher.context_length), vocab_size=teacher.token_embedding.weight.shape[0],
                        embed_rank=cfg.embed_rank, text_width=text_width, text_layers=cfg.text_layers,
                        text_heads=heads, repeats=cfg.repeats,
