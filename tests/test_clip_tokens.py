@@ -4,6 +4,8 @@ memos start over without changing an id."""
 from __future__ import annotations
 
 import json
+import random
+import string
 
 import pytest
 from open_clip.tokenizer import SimpleTokenizer
@@ -34,6 +36,15 @@ def test_real_coco_captions_tokenise_as_open_clip():
     items = load_coco_1k()[:200]
     _assert_open_clip_ids([item["candidate"] for item in items] + [r for item in items for r in item["refs"]],
                           ClipTokenizer(77))
+
+
+def test_plain_ascii_without_ftfy_gives_open_clip_ids():
+    """Printable ASCII without '&' skips ftfy; with '&', entities, tabs or escapes it does not."""
+    rng = random.Random(0)
+    pieces = [*string.printable, "&amp;", "&lt;b&gt;", "&#39;", "\x1b[31m", "\u2019", "caf\u00e9", "  "]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
+    texts += ["A small RED circle is above the star.", "a <b>bold</b> x;y #39; lt;", "x & y", "tab\there"]
+    _assert_open_clip_ids(texts, ClipTokenizer(77))
 
 
 def test_full_memos_start_over_with_the_same_ids(monkeypatch: pytest.MonkeyPatch):

@@ -4,7 +4,8 @@ LongCLIP), and every truncation is counted so long captions are reported, never 
 
 The ids are open_clip's `SimpleTokenizer.encode` ids, memoised: a training run tokenises the same
 captions every epoch and hard negatives that differ from them in one word, and open_clip's text
-cleaning and byte mapping cost more than the model's step saves on a small CPU model."""
+cleaning and byte mapping cost more than the model's step saves on a small CPU model. Texts never seen
+before (a text stage's statements are mostly new) skip ftfy when it could not change them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import logging
 from collections.abc import Sequence
 
 import torch
-from open_clip.tokenizer import SimpleTokenizer
+from open_clip.tokenizer import SimpleTokenizer, get_clean_fn
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ class ClipTokenizer:
         if context_length < 2:
             raise ValueError(f"context_length must be >= 2, got {context_length}")
         self.bpe = SimpleTokenizer(context_length=context_length)
+        self._lower_clean = self.bpe.clean_fn is get_clean_fn("lower")
         self.context_length = context_length
         self.sot, self.eot = self.bpe.sot_token_id, self.bpe.eot_token_id
         self.truncated = 0  # texts cut to fit the context, over this tokenizer's life
@@ -49,9 +51,16 @@ class ClipTokenizer:
         this text or its words were seen before."""
         ids = self._text_ids.get(text)
         if ids is None:
-            ids = tuple(i for word in self.bpe.pat.findall(self.bpe.clean_fn(text)) for i in self._word(word))
+            ids = tuple(i for word in self.bpe.pat.findall(self._clean(text)) for i in self._word(word))
             _remember(self._text_ids, text, ids)
         return ids
+
+    def _clean(self, text: str) -> str:
+        """open_clip's default cleaning (ftfy, HTML unescaping twice, whitespace, lower case). ftfy and
+        the unescaping leave printable ASCII without '&' as it is, and cost most of a new text's encode."""
+        if self._lower_clean and text.isascii() and text.isprintable() and "&" not in text:
+            return " ".join(text.split()).lower()
+        return self.bpe.clean_fn(text)
 
     def forget(self) -> None:
         """Empty the memos (what a fresh tokenizer would have)."""
