@@ -30,6 +30,7 @@ import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from features.world.foils import reference_foils, world_foils
@@ -105,6 +106,8 @@ def write_world_foils(cfg: WorldFoilsConfig) -> dict:
 
 def run_task(task: str, cfg: MetaEvalConfig) -> dict:
     require_keys(cfg, ("data",), task)
+    if not Path(cfg.data).is_file():  # before the metrics load their models
+        raise DataError(f"{cfg.data}: file not found")
     references = load_references(cfg.references) if cfg.references else None
     with MetricSuite(cfg.metrics, ScoringContext.from_settings(cfg)) as suite:
         result = TASKS[task](cfg.data, suite, references)

@@ -88,6 +88,13 @@ def test_human_format_correlates(tmp_path):
     assert result["cider"]["tau_b"] > 0.5 and result["cider"]["items"] == 5
 
 
+def test_a_missing_data_file_is_named_before_any_model_loads(tmp_path, capsys):
+    missing = tmp_path / "none.json"
+    code = meta_eval.main(["foil", "--data", str(missing), "--metrics", "clip_s",
+                           "--config", "configs/scoring_world.yaml"])
+    assert code == 2 and f"{missing}: file not found" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("task", "entry", "needle"), [
     ("foil", {"image_id": 7, "caption": "x", "references": REFS, "foils": []}, "image id 7"),
     ("foil", {"image_id": 7, "caption": 3, "references": REFS, "foils": [{"caption": "y"}]}, "'caption' must be"),
