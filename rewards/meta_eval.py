@@ -30,7 +30,6 @@ import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from features.world.foils import reference_foils, world_foils
@@ -42,7 +41,7 @@ from plumbing.errors import DataError
 from plumbing.karpathy import load_dataset
 from plumbing.references import load_references
 from rewards.context import ScoringContext, ScoringSettings
-from rewards.meta.tasks import foil_accuracy, human_correlation, markdown, pair_accuracy
+from rewards.meta.tasks import foil_accuracy, human_correlation, load_entries, markdown, pair_accuracy
 from rewards.recipes.data import long_captions
 from rewards.suite import MetricSuite
 
@@ -106,11 +105,10 @@ def write_world_foils(cfg: WorldFoilsConfig) -> dict:
 
 def run_task(task: str, cfg: MetaEvalConfig) -> dict:
     require_keys(cfg, ("data",), task)
-    if not Path(cfg.data).is_file():  # before the metrics load their models
-        raise DataError(f"{cfg.data}: file not found")
+    entries = load_entries(cfg.data)  # read and checked before the metrics load their models
     references = load_references(cfg.references) if cfg.references else None
     with MetricSuite(cfg.metrics, ScoringContext.from_settings(cfg)) as suite:
-        result = TASKS[task](cfg.data, suite, references)
+        result = TASKS[task](cfg.data, entries, suite, references)
         skipped = dict(suite.skipped)
     tables = result if task == "foil" else {task: result}
     text = "".join(markdown(f"{task}: {name}", table) for name, table in tables.items())

@@ -13,7 +13,8 @@ from rewards.meta.outcomes import grouped_accuracy, win
 from rewards.suite import MetricSuite
 
 
-def _entries(path: str | Path) -> list[dict]:
+def load_entries(path: str | Path) -> list[dict]:
+    """A task file's entries: a non-empty JSON list of objects with integer image ids."""
     data = read_json(path)
     if not isinstance(data, list) or not data:
         raise DataError(f"{path}: expected a non-empty JSON list of entries")
@@ -40,8 +41,7 @@ def _refs(path, k: int, entry: dict, references: dict[int, list[str]] | None) ->
     return refs
 
 
-def foil_accuracy(path, suite: MetricSuite, references=None) -> dict:
-    entries = _entries(path)
+def foil_accuracy(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
     result = {}
     for field, label in (("caption", "short"), ("long_caption", "long")):
         if field == "long_caption" and not all("long_caption" in e for e in entries):
@@ -69,8 +69,7 @@ def foil_accuracy(path, suite: MetricSuite, references=None) -> dict:
     return result
 
 
-def pair_accuracy(path, suite: MetricSuite, references=None) -> dict:
-    entries = _entries(path)
+def pair_accuracy(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
     rows, meta = [], []
     for k, entry in enumerate(entries):
         candidates, preference = entry.get("candidates"), entry.get("preference")
@@ -86,8 +85,7 @@ def pair_accuracy(path, suite: MetricSuite, references=None) -> dict:
                             for i, (p, category) in enumerate(meta)] for name, values in scores.items()})
 
 
-def human_correlation(path, suite: MetricSuite, references=None) -> dict:
-    entries = _entries(path)
+def human_correlation(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
     rows, ratings = [], []
     for k, entry in enumerate(entries):
         values = entry.get("ratings", [entry["rating"]] if "rating" in entry else None)
