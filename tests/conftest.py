@@ -27,6 +27,17 @@ def tiny_world(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def world_train(tiny_world):
+    """The tiny world's train split and its scenes."""
+    from features.world.scene import load_world_scenes
+    from rewards.recipes.data import load_split
+
+    train = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train")
+    scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
+    return train, scenes
+
+
 def write_karpathy_fixture(root: Path) -> Path:
     """A COCO-style Karpathy file: cocoid + filepath, a restval image, varied punctuation."""
     images = []

@@ -13,9 +13,7 @@ import torch
 from features.clip_models.tokens import ClipTokenizer
 from features.world import lexicon
 from features.world.parse import contradictions, parse_caption
-from features.world.scene import load_world_scenes
 from rewards import train_clip
-from rewards.recipes.data import load_split
 from rewards.recipes.loop import RecipeRun
 from rewards.recipes.text_stage import (
     ROLE_NAMES,
@@ -28,13 +26,6 @@ from rewards.recipes.text_stage import (
     statement_pair,
 )
 from tests.clip_fixtures import TINY_ARCH
-
-
-@pytest.fixture(scope="module")
-def world_train(tiny_world):
-    train = load_split(str(tiny_world / "dataset.json"), str(tiny_world), "train")
-    scenes, _ = load_world_scenes(str(tiny_world / "scenes.json"))
-    return train, scenes
 
 
 def test_each_statement_is_true_of_its_scene_and_its_inverse_false(world_train):
@@ -144,7 +135,8 @@ def _run(world, out, *extra):
                             "--epochs", "1", "--negatives", "world", "--set", "batch_size=16", "--set", "workers=0",
                             "--set", "text_roles_epochs=1", "--set", "text_pairs_epochs=2",
                             "--set", "text_negclip_epochs=1", "--set", "text_batch_size=16",
-                            "--set", "text_roles_batch_size=8", *extra])
+                            "--set", "text_roles_batch_size=8", "--set", "text_attributes=[size, place, background]",
+                            *extra])
 
 
 def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch):
@@ -204,6 +196,7 @@ def test_the_text_stage_changes_the_text_tower_only(tiny_world, tmp_path):
 @pytest.mark.parametrize(("settings", "message"), [
     (["--set", "epochs=0"], "epochs: 0"),
     (["--set", "text_pairs_axes=[diagonal]"], "text_pairs_axes"),
+    (["--set", "text_attributes=[colour]"], "text_attributes"),
     (["--set", "text_long_statements=1.5"], "text_long_statements"),
 ])
 def test_text_stage_settings_are_checked(tiny_world, tmp_path, settings, message, capsys):

@@ -34,6 +34,7 @@ from features.world.scene import Scene, load_world_scenes
 from plumbing.atomic import write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError
+from rewards.recipes.attribute_facts import ATTRIBUTES
 from rewards.recipes.contrastive import embed_texts, gather_with_grad, negclip_loss, recall_at_1
 from rewards.recipes.data import (
     CaptionKind,
@@ -148,6 +149,10 @@ class TrainClipConfig(RecipeConfig):
         "leave their plateau after a number of steps, not of statements", at_least=2)
     text_lr: float = option(5e-4, help="text stage: peak learning rate of each phase (cosine to 0, no warmup; the "
                             "roles phase holds it)", above=0)
+    text_attributes: list[str] = option(
+        factory=list, help="text stage: attributes (size, place, texture) whose pairs join the pairs and negclip "
+        "phases: one object's attribute stated against the same words with it changed (\"a small red disc\" / \"a "
+        "large red disc\"), the true one to beat the other against the image (rewards/recipes/attribute_facts.py)")
     text_long_statements: float = option(
         0.0, help="text stage: the share of relation statements worded as the long captions word them (\"A big red "
         "disc with a striped pattern. It is above the small blue star.\"); the rest as short captions", at_least=0)
@@ -236,7 +241,7 @@ def text_stage_plan(cfg: TrainClipConfig, train: Split) -> TextStagePlan:
     return TextStagePlan(cfg.text_roles_epochs, cfg.text_pairs_epochs, cfg.text_negclip_epochs, cfg.text_batch_size,
                          cfg.text_roles_batch_size,
                          cfg.text_lr, tuple(cfg.text_pairs_axes), cfg.text_long_statements, train.pool(cfg.captions),
-                         hard, tuple(cfg.negative_kinds))
+                         hard, tuple(cfg.negative_kinds), tuple(cfg.text_attributes))
 
 
 def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, scenes: dict[int, Scene],
@@ -434,7 +439,7 @@ def _validate(cfg: TrainClipConfig) -> None:
     if cfg.pool_position_std is not None and cfg.init:
         raise ConfigError("pool_position_std redraws weights a pretrained model has learned; use it without 'init'")
     for key, known in (("mirror_axes", AXES), ("negative_kinds", KINDS), ("phrase_attributes", PHRASE_ATTRIBUTES),
-                       ("text_pairs_axes", AXES)):
+                       ("text_pairs_axes", AXES), ("text_attributes", ATTRIBUTES)):
         if unknown := sorted(set(getattr(cfg, key)) - set(known)):
             raise ConfigError(f"{key}: unknown {unknown}; known: {', '.join(known)}")
     if cfg.mirror != "none" and not cfg.mirror_axes:

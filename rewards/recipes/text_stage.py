@@ -15,10 +15,12 @@ of the recipe loop (resumable at its epochs' ends), all on the train split's sce
    words with the inverse relation, both against the image's frozen embedding (centred on the train
    images' mean, so what all images share does not drown the difference): the true one must score
    higher. A share of the statements (`text_long_statements`; none by default) takes the long
-   captions' wording. The roles stay on.
+   captions' wording. The roles stay on. With `text_attributes`, attribute pairs join them: one
+   object's size, place or texture, or the scene's background, against the same words with it
+   changed (rewards/recipes/attribute_facts.py).
 3. **negclip** (`text_negclip_epochs`): each image's caption with its world hard negatives, NegCLIP
    against the frozen embeddings, so the tower keeps reading everything else; two of the image's own
-   relation pairs and their roles stay on beside it.
+   relation pairs and their roles stay on beside it, and one of its attribute pairs when there are any.
 
 Every statement names the objects by colour and shape; a fact is left out where that is ambiguous
 (two objects that look alike, or other look-alikes holding the inverse relation), since its "false"
@@ -43,6 +45,7 @@ from features.world.captions import SOLID_FILL, article
 from features.world.negatives import hard_negatives
 from features.world.scene import Scene, WorldObject
 from plumbing.errors import DataError
+from rewards.recipes.attribute_facts import AttributeFact, attribute_facts, attribute_pair
 from rewards.recipes.contrastive import gather_with_grad, negclip_loss
 from rewards.recipes.data import Split, embed_split_images, pick
 from rewards.recipes.loop import PairEncoder, RecipeRun, Stage
@@ -93,9 +96,15 @@ def _look(obj: WorldObject) -> tuple[str, str]:
     return obj.color, obj.shape
 
 
-def roles(fact: RelationFact) -> torch.Tensor:
-    """[names x relations] flattened: 1 where a name stands in that relation in the fact."""
+Fact = RelationFact | AttributeFact
+
+
+def roles(fact: Fact) -> torch.Tensor:
+    """[names x relations] flattened: 1 where a name stands in that relation in the fact (nowhere for
+    an attribute fact, which states no relation)."""
     target = torch.zeros(len(ROLE_NAMES), len(lexicon.RELATIONS))
+    if isinstance(fact, AttributeFact):
+        return target.flatten()
     for names, relation in (((fact.subject.color, fact.subject.shape), fact.relation),
                             ((fact.object.color, fact.object.shape), lexicon.INVERSE[fact.relation])):
         for name in names:
@@ -103,8 +112,11 @@ def roles(fact: RelationFact) -> torch.Tensor:
     return target.flatten()
 
 
-def statement_pair(fact: RelationFact, rng: random.Random, long_rate: float) -> tuple[str, str]:
-    """The fact stated, and the same words with the inverse relation (false of the scene)."""
+def statement_pair(fact: Fact, rng: random.Random, long_rate: float) -> tuple[str, str]:
+    """The fact stated, and the same words with the inverse relation, or the attribute changed
+    (false of the scene)."""
+    if isinstance(fact, AttributeFact):
+        return attribute_pair(fact, rng)
     if rng.random() < long_rate:
         opening = f"{_article(_long_words(fact.subject, rng)).capitalize()} {_texture_unit(fact.subject, rng)}. It is "
         closing = f" the {_long_words(fact.object, rng)}."
@@ -163,9 +175,9 @@ class SeededItems(Dataset):
 
 
 class FactsDataset(SeededItems):
-    """Items: one relation fact each, stated as a pair (or, `true_only`, its true statement alone)."""
+    """Items: one fact each, stated as a pair (or, `true_only`, its true statement alone)."""
 
-    def __init__(self, facts: list[RelationFact], seed: int, long_rate: float, true_only: bool = False):
+    def __init__(self, facts: Sequence[Fact], seed: int, long_rate: float, true_only: bool = False):
         if not facts:
             raise DataError("text stage: the train split's scenes hold no relation between two objects a "
                             "statement can tell apart")
@@ -183,17 +195,19 @@ class FactsDataset(SeededItems):
 
 
 class CaptionsDataset(SeededItems):
-    """Items: one train image each, its caption with `hard_negatives` world negatives, and up to
-    PAIRS_PER_IMAGE of its own relation facts stated as pairs."""
+    """Items: one train image each, its caption with `hard_negatives` world negatives, up to
+    PAIRS_PER_IMAGE of its own relation facts stated as pairs and, when `facts` hold attribute facts,
+    one of its own of those."""
 
-    def __init__(self, split: Split, pools: list[list[str]], scenes: dict[int, Scene], facts: list[RelationFact],
+    def __init__(self, split: Split, pools: list[list[str]], scenes: dict[int, Scene], facts: Sequence[Fact],
                  seed: int, hard: int, kinds: tuple[str, ...], long_rate: float):
         super().__init__(seed)
         self.split, self.pools, self.scenes = split, pools, scenes
         self.hard, self.kinds, self.long_rate = hard, kinds, long_rate
         self.facts_of: list[list[RelationFact]] = [[] for _ in range(len(split))]
+        self.attributes_of: list[list[AttributeFact]] = [[] for _ in range(len(split))]
         for fact in facts:
-            self.facts_of[fact.row].append(fact)
+            (self.attributes_of if isinstance(fact, AttributeFact) else self.facts_of)[fact.row].append(fact)
 
     def __len__(self) -> int:
         return len(self.split)
@@ -204,7 +218,9 @@ class CaptionsDataset(SeededItems):
         scene = self.scenes[self.split.image_ids[row]]
         group = [caption, *(n.text for n in hard_negatives(caption, scene, rng, self.hard, self.kinds))]
         own = self.facts_of[row]
-        chosen = [rng.choice(own) for _ in range(PAIRS_PER_IMAGE)] if own else []
+        chosen: list[Fact] = [rng.choice(own) for _ in range(PAIRS_PER_IMAGE)] if own else []
+        if self.attributes_of[row]:  # drawn after the relations: without attributes, the same texts as before
+            chosen.append(rng.choice(self.attributes_of[row]))
         pairs = [statement_pair(fact, rng, self.long_rate) for fact in chosen]
         return TextItem(row, group, pairs, [roles(fact) for fact in chosen])
 
@@ -344,6 +360,7 @@ class TextStagePlan:
     caption_pool: list[list[str]]  # the train images' captions (negclip phase)
     hard_negatives: int
     negative_kinds: tuple[str, ...]
+    attributes: tuple[str, ...] = ()  # attribute facts beside the relations in the pairs and negclip phases
 
     @property
     def epochs(self) -> int:
@@ -361,14 +378,15 @@ def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transfo
     model.logit_scale.requires_grad_(False)
     reader = TextReader(PairEncoder.of_clip(model), images.embeddings.shape[1], seed)
     facts = relation_facts(train, scenes)
+    attributes = attribute_facts(train, scenes, plan.attributes)
     axis_relations = {r for axis in plan.pair_axes for r in AXIS_RELATIONS[axis]}
     phases = (  # (stage, its dataset, negclip)
         (Stage("text_roles", plan.roles_epochs, plan.lr, 0, ROLES_SCHEDULE, plan.roles_batch_size),
          lambda: FactsDataset(facts, seed, plan.long_rate, true_only=True), False),
         (Stage("text_pairs", plan.pairs_epochs, plan.lr, 0, batch_size=plan.batch_size), lambda: FactsDataset(
-            [f for f in facts if f.relation in axis_relations], seed, plan.long_rate), False),
+            [f for f in facts if f.relation in axis_relations] + attributes, seed, plan.long_rate), False),
         (Stage("text_negclip", plan.negclip_epochs, plan.lr, 0), lambda: CaptionsDataset(
-            train, plan.caption_pool, scenes, facts, seed, plan.hard_negatives, plan.negative_kinds,
+            train, plan.caption_pool, scenes, facts + attributes, seed, plan.hard_negatives, plan.negative_kinds,
             plan.long_rate), True),
     )
     record: dict = {}
