@@ -1,5 +1,5 @@
 """Attribute facts for the text stage: one object's size, place or texture, or its scene's background,
-stated against the same words with that attribute changed (docs/reward_models.md, "Size, place and texture pairs").
+stated against the same words with that attribute changed (docs/reward_models.md, "Size, place and background pairs").
 
 The world CLIP's image embedding says how big a lone object is (a linear readout 0.95 on val), yet
 its text tower read "a small red disc" against "a large red disc" at chance: the contrastive loss
@@ -24,7 +24,7 @@ from plumbing.errors import DataError
 from rewards.recipes.data import Split
 
 ATTRIBUTES = ("size", "place", "texture", "background")
-_LEADS = ("", "", "a picture of ", "there is ", "an image of ")  # as the relation statements open
+LEADS = ("", "", "a picture of ", "there is ", "an image of ")  # how a statement opens (half of them plainly)
 
 
 class AttributeFact(NamedTuple):
@@ -71,7 +71,7 @@ def attribute_pair(fact: AttributeFact, rng: random.Random) -> tuple[str, str]:
         true, false = (f"{color} {shape} on {article(b)} {b} background" for b in (fact.background, other))
     else:
         raise ValueError(f"unknown attribute {attribute!r} (known: {', '.join(ATTRIBUTES)})")
-    lead = rng.choice(_LEADS)
+    lead = rng.choice(LEADS)
     closing = ""
     if fact.others and lead and rng.random() < 0.5:
         closing = " and " + ", ".join(_named(o, rng) for o in fact.others)

@@ -45,7 +45,7 @@ from features.world.captions import SOLID_FILL, article
 from features.world.negatives import hard_negatives
 from features.world.scene import Scene, WorldObject
 from plumbing.errors import DataError
-from rewards.recipes.attribute_facts import AttributeFact, attribute_facts, attribute_pair
+from rewards.recipes.attribute_facts import LEADS, AttributeFact, attribute_facts, attribute_pair
 from rewards.recipes.contrastive import gather_with_grad, negclip_loss
 from rewards.recipes.data import Split, embed_split_images, pick
 from rewards.recipes.loop import PairEncoder, RecipeRun, Stage
@@ -54,7 +54,6 @@ from rewards.recipes.training import lock
 AXIS_RELATIONS = {"horizontal": ("left of", "right of"), "vertical": ("above", "below")}
 ROLE_NAMES = (*lexicon.COLORS, *lexicon.SHAPES)  # what a statement names an object by
 ROLE_SLOT = {name: k for k, name in enumerate(ROLE_NAMES)}
-LEADS = ("", "", "a picture of ", "there is ", "an image of ")  # half the statements open plainly
 PAIRS_PER_IMAGE = 2  # relation pairs beside each image's caption in the negclip phase
 # The roles sit at the level of knowing the names and the relation but not who is the subject for a
 # few hundred steps, then fall to near zero; a rate decaying to 0 over the phase stalls them on that
