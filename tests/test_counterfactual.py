@@ -100,6 +100,7 @@ def test_image_negatives_enter_text_to_image_only():
 
 def test_scene_labels_name_every_object_with_its_facts(tiny_world):
     """The pretraining labels (rewards.recipes.scene_labels) decode back to the scene."""
+    from features.world.lexicon import SIZES, TEXTURES
     from rewards.recipes.scene_labels import (
         BACKGROUNDS,
         CELLS_AT,
@@ -131,4 +132,13 @@ def test_scene_labels_name_every_object_with_its_facts(tiny_world):
         assert COUNTS[int(rest[len(BACKGROUNDS):].argmax())] == len(scene.objects)
         kept = label[label_columns(["background"])]  # what `scene_label_groups: [background]` keeps
         assert kept.tolist() == [float(b == scene.background) for b in BACKGROUNDS]
+        textures = label[label_columns(["texture"])].view(len(KINDS), len(TEXTURES))
+        assert {(KINDS[k], TEXTURES[t]) for k, t in textures.nonzero().tolist()} == \
+            {((o.shape, o.color), o.texture) for o in scene.objects}
+        sizes = label[label_columns(["size"])].view(len(KINDS), len(SIZES))
+        assert {(KINDS[k], list(SIZES)[t]) for k, t in sizes.nonzero().tolist()} == \
+            {((o.shape, o.color), o.size) for o in scene.objects}
     assert torch.equal(label_columns(["cells", "objects", "count", "background"]), torch.arange(LABELS))
+    # `texture` and `size` lie inside `objects`: named beside it, each column is kept once
+    every_group = ["texture", "objects", "size", "count", "background", "cells"]
+    assert torch.equal(label_columns(every_group), torch.arange(LABELS))

@@ -127,7 +127,8 @@ class TrainClipConfig(RecipeConfig):
     scene_label_groups: list[str] = option(
         factory=lambda: list(LABEL_GROUPS), help="with scene_label_loss: the scene labels it keeps: objects (each "
         "(shape, colour) held, with its size, texture and place), background, count, cells (each grid cell's "
-        "occupancy, shapes and colours)")
+        "occupancy, shapes and colours), texture or size (each (shape, colour)'s texture or size bits alone, "
+        "parts of objects)")
     epochs: int = option(10, help="contrastive epochs (0: none, for a text stage alone on `init`'s weights)",
                          at_least=0)
     text_roles_epochs: int = option(

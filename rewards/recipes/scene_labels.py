@@ -23,7 +23,7 @@ default (docs/reward_models.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 
 import torch
@@ -45,11 +45,23 @@ PER_PLACE = [*lexicon.SHAPES, *lexicon.COLORS, *KINDS, *lexicon.SIZES, *lexicon.
 CELLS_AT = len(KINDS) * len(PER_KIND) + len(BACKGROUNDS) + len(COUNTS)  # where the cell block starts
 LABELS = CELLS_AT + len(PLACES) * len(PER_CELL)
 _BACKGROUND_AT = len(KINDS) * len(PER_KIND)
-# The label vector's blocks, by the name a config gives them (`scene_label_groups`).
+
+
+def _per_kind(facts: Iterable[str]) -> list[int]:
+    """The columns of `objects` that hold these facts, for every (shape, colour)."""
+    return [kind * len(PER_KIND) + PER_KIND.index(fact) for kind in range(len(KINDS)) for fact in facts]
+
+
+# The label vector's blocks, by the name a config gives them (`scene_label_groups`). `texture` and `size`
+# are parts of `objects`, each object's bits of one kind alone: the contrastive stage loses texture from
+# the embedding (3-pixel stripes and checks that in-batch captions rarely tell apart; docs/reward_models.md,
+# "Texture on the image embedding").
 LABEL_GROUPS = {"objects": range(0, _BACKGROUND_AT),
                 "background": range(_BACKGROUND_AT, _BACKGROUND_AT + len(BACKGROUNDS)),
                 "count": range(_BACKGROUND_AT + len(BACKGROUNDS), CELLS_AT),
-                "cells": range(CELLS_AT, LABELS)}
+                "cells": range(CELLS_AT, LABELS),
+                "texture": _per_kind(lexicon.TEXTURES),
+                "size": _per_kind(lexicon.SIZES)}
 
 
 def scene_label(scene: Scene) -> torch.Tensor:
@@ -124,8 +136,10 @@ def scene_label_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
 
 
 def label_columns(groups: list[str]) -> torch.Tensor:
-    """The columns of the label vector that the named groups (LABEL_GROUPS) cover, in order."""
-    return torch.tensor([column for group in LABEL_GROUPS if group in groups for column in LABEL_GROUPS[group]])
+    """The columns of the label vector that the named groups (LABEL_GROUPS) cover, in order, each once
+    (`texture` lies inside `objects`)."""
+    columns = [column for group in LABEL_GROUPS if group in groups for column in LABEL_GROUPS[group]]
+    return torch.tensor(list(dict.fromkeys(columns)))
 
 
 def scene_labels(split: Split, scenes: dict[int, Scene]) -> torch.Tensor:
