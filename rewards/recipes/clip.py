@@ -51,6 +51,7 @@ from rewards.recipes.grounding import PHRASE_ATTRIBUTES, Grounding, NounTargets
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES, MirrorMode
 from rewards.recipes.scene_labels import (
+    BLOCKS,
     LABEL_GROUPS,
     label_columns,
     pretrain_on_scene_labels,
@@ -125,7 +126,7 @@ class TrainClipConfig(RecipeConfig):
         "pretraining head goes on reading the image embedding), so the image tower does not trade what in-batch "
         "captions rarely tell apart (the background, textures, sizes) for what they do (0: off)", at_least=0)
     scene_label_groups: list[str] = option(
-        factory=lambda: list(LABEL_GROUPS), help="with scene_label_loss: the scene labels it keeps: objects (each "
+        factory=lambda: list(BLOCKS), help="with scene_label_loss: the scene labels it keeps: objects (each "
         "(shape, colour) held, with its size, texture and place), background, count, cells (each grid cell's "
         "occupancy, shapes and colours), texture or size (each (shape, colour)'s texture or size bits alone, "
         "parts of objects)")

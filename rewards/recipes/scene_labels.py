@@ -47,9 +47,14 @@ LABELS = CELLS_AT + len(PLACES) * len(PER_CELL)
 _BACKGROUND_AT = len(KINDS) * len(PER_KIND)
 
 
+def _object_column(kind: int, fact: str) -> int:
+    """Where the `objects` block holds one fact (PER_KIND) of the kind KINDS[kind]."""
+    return kind * len(PER_KIND) + PER_KIND.index(fact)
+
+
 def _per_kind(facts: Iterable[str]) -> list[int]:
     """The columns of `objects` that hold these facts, for every (shape, colour)."""
-    return [kind * len(PER_KIND) + PER_KIND.index(fact) for kind in range(len(KINDS)) for fact in facts]
+    return [_object_column(kind, fact) for kind in range(len(KINDS)) for fact in facts]
 
 
 # The label vector's blocks, by the name a config gives them (`scene_label_groups`). `texture` and `size`
@@ -62,15 +67,16 @@ LABEL_GROUPS = {"objects": range(0, _BACKGROUND_AT),
                 "cells": range(CELLS_AT, LABELS),
                 "texture": _per_kind(lexicon.TEXTURES),
                 "size": _per_kind(lexicon.SIZES)}
+BLOCKS = ("objects", "background", "count", "cells")  # the groups that partition the label vector
 
 
 def scene_label(scene: Scene) -> torch.Tensor:
     """The scene's label vector [LABELS] of 0/1."""
     label = torch.zeros(LABELS)
     for obj in scene.objects:
-        base = KINDS.index((obj.shape, obj.color)) * len(PER_KIND)
+        kind = KINDS.index((obj.shape, obj.color))
         for fact in ("present", obj.size, obj.texture, obj.place):
-            label[base + PER_KIND.index(fact)] = 1.0
+            label[_object_column(kind, fact)] = 1.0
     label[LABEL_GROUPS["background"][BACKGROUNDS.index(scene.background)]] = 1.0
     if len(scene.objects) in COUNTS:
         label[LABEL_GROUPS["count"][COUNTS.index(len(scene.objects))]] = 1.0
