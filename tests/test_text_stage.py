@@ -94,6 +94,30 @@ def test_batches_keep_one_row_per_item_and_draw_the_same_texts_again(world_train
     assert len(first.pairs[0]) == 1 and statements[2] != first
 
 
+def test_negclip_images_take_a_long_caption_at_their_share(world_train):
+    """`text_long_captions`: at share 1 each image's caption (the one its hard negatives are built
+    from) is one of its long captions, or from its pool when it has none; at share 0 the pool alone;
+    at 0.5 about half the images over epochs."""
+    train, scenes = world_train
+    split = train.subset(list(range(len(train))))
+    split.long[0] = []
+    facts = relation_facts(split, scenes)
+
+    def captions(share: float) -> CaptionsDataset:
+        return CaptionsDataset(split, split.pool("short"), scenes, facts, seed=1, hard=2, kinds=("relation",),
+                               long_rate=0.0, long_share=share)
+
+    every, plain, half = captions(1.0), captions(0.0), captions(0.5)
+    assert all(every[row].group[0] in split.long[row] for row in range(1, len(split)))
+    assert every[0].group[0] in split.short[0]
+    assert all(plain[row].group[0] in split.short[row] for row in range(len(split)))
+    drawn = []
+    for epoch in range(5):
+        half.set_epoch(epoch)
+        drawn += [half[row].group[0] in split.long[row] for row in range(1, len(split))]
+    assert 0.35 < sum(drawn) / len(drawn) < 0.65
+
+
 def test_a_batch_without_relations_still_reaches_the_role_head():
     """Images of one object hold no relation: such a batch gives a zero loss with a gradient path to
     every parameter (DDP expects one), not a NaN from an empty mean."""
@@ -136,7 +160,7 @@ def _run(world, out, *extra):
                             "--set", "text_roles_epochs=1", "--set", "text_pairs_epochs=2",
                             "--set", "text_negclip_epochs=1", "--set", "text_batch_size=16",
                             "--set", "text_roles_batch_size=8", "--set", "text_attributes=[size, place, background]",
-                            *extra])
+                            "--set", "text_long_captions=0.5", *extra])
 
 
 def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch):
@@ -198,7 +222,22 @@ def test_the_text_stage_changes_the_text_tower_only(tiny_world, tmp_path):
     (["--set", "text_pairs_axes=[diagonal]"], "text_pairs_axes"),
     (["--set", "text_attributes=[colour]"], "text_attributes"),
     (["--set", "text_long_statements=1.5"], "text_long_statements"),
+    (["--set", "text_long_captions=1.5"], "text_long_captions"),
 ])
 def test_text_stage_settings_are_checked(tiny_world, tmp_path, settings, message, capsys):
     assert _run(tiny_world, tmp_path / "bad.safetensors", *settings) == 2
     assert message in capsys.readouterr().err
+
+
+def test_long_captions_asked_of_a_dataset_without_them_name_the_file(tiny_world, tmp_path, capsys):
+    data = json.loads((tiny_world / "dataset.json").read_text())
+    for image in data["images"]:
+        image.pop("long_captions", None)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    code = train_clip.main(["--dataset", str(bare), "--images-root", str(tiny_world), "--scenes",
+                            str(tiny_world / "scenes.json"), "--out", str(tmp_path / "x.safetensors"), "--arch",
+                            TINY_ARCH, "--captions", "short", "--set", "text_negclip_epochs=1",
+                            "--set", "text_long_captions=0.5"])
+    err = capsys.readouterr().err
+    assert code != 0 and str(bare) in err and "long captions" in err

@@ -159,6 +159,11 @@ class TrainClipConfig(RecipeConfig):
     text_long_statements: float = option(
         0.0, help="text stage: the share of relation statements worded as the long captions word them (\"A big red "
         "disc with a striped pattern. It is above the small blue star.\"); the rest as short captions", at_least=0)
+    text_long_captions: float = option(
+        0.0, help="text stage: the share of the negclip phase's images whose caption (with its hard negatives) is "
+        "one of their long captions; the rest draw from the `captions` pool, as the contrastive stage does. A long "
+        "caption's relation sits among sixty tokens of other facts, and the pairs phase's short statements do not "
+        "teach the tower to find it there (0: the pool only)", at_least=0)
     relation_loss: float = option(
         0.0, help="weight of a loss that grounds relation phrases (\"a circle to the left of a star\", \"a red shape "
         "above a blue shape\") in the images where they hold, against the other relations of the image's own "
@@ -178,7 +183,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         widen_pool_positions(model, cfg.pool_position_std, cfg.seed)
     tokenizer = ClipTokenizer(int(model.context_length))
     train = load_split(cfg.dataset, cfg.images_root, "train", cfg.max_train_images,
-                       need_long=cfg.captions == "long", allow_outside_root=cfg.allow_outside_root)
+                       need_long=cfg.captions == "long" or bool(cfg.text_long_captions and cfg.text_negclip_epochs),
+                       allow_outside_root=cfg.allow_outside_root)
     val = load_split(cfg.dataset, cfg.images_root, "val", cfg.max_val_images,
                      allow_outside_root=cfg.allow_outside_root)
     for split in (train, val):
@@ -244,7 +250,7 @@ def text_stage_plan(cfg: TrainClipConfig, train: Split) -> TextStagePlan:
     return TextStagePlan(cfg.text_roles_epochs, cfg.text_pairs_epochs, cfg.text_negclip_epochs, cfg.text_batch_size,
                          cfg.text_roles_batch_size,
                          cfg.text_lr, tuple(cfg.text_pairs_axes), cfg.text_long_statements, train.pool(cfg.captions),
-                         hard, tuple(cfg.negative_kinds), tuple(cfg.text_attributes))
+                         hard, tuple(cfg.negative_kinds), tuple(cfg.text_attributes), cfg.text_long_captions)
 
 
 def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, scenes: dict[int, Scene],
@@ -424,6 +430,8 @@ def _validate(cfg: TrainClipConfig) -> None:
         raise ConfigError("the text stage (text_*_epochs) states the scenes' relations: it needs 'scenes'")
     if cfg.text_long_statements > 1:
         raise ConfigError(f"text_long_statements is a share of the statements, at most 1: {cfg.text_long_statements}")
+    if cfg.text_long_captions > 1:
+        raise ConfigError(f"text_long_captions is a share of the images, at most 1: {cfg.text_long_captions}")
     if not cfg.epochs and not (text_stage and cfg.init):
         raise ConfigError("epochs: 0 trains no contrastive stage; it is for a text stage (text_*_epochs) on the "
                           "weights of 'init'")

@@ -21,6 +21,9 @@ of the recipe loop (resumable at its epochs' ends), all on the train split's sce
 3. **negclip** (`text_negclip_epochs`): each image's caption with its world hard negatives, NegCLIP
    against the frozen embeddings, so the tower keeps reading everything else; two of the image's own
    relation pairs and their roles stay on beside it, and one of its attribute pairs when there are any.
+   With `text_long_captions`, that share of the images takes one of its long captions: the pairs'
+   short statements teach a relation alone, and a long caption's relation among its other facts is
+   learned only from long captions (docs/reward_models.md, "Long captions in the NegCLIP phase").
 
 Every statement names the objects by colour and shape; a fact is left out where that is ambiguous
 (two objects that look alike, or other look-alikes holding the inverse relation), since its "false"
@@ -199,10 +202,10 @@ class CaptionsDataset(SeededItems):
     one of its own of those."""
 
     def __init__(self, split: Split, pools: list[list[str]], scenes: dict[int, Scene], facts: Sequence[Fact],
-                 seed: int, hard: int, kinds: tuple[str, ...], long_rate: float):
+                 seed: int, hard: int, kinds: tuple[str, ...], long_rate: float, long_share: float = 0.0):
         super().__init__(seed)
         self.split, self.pools, self.scenes = split, pools, scenes
-        self.hard, self.kinds, self.long_rate = hard, kinds, long_rate
+        self.hard, self.kinds, self.long_rate, self.long_share = hard, kinds, long_rate, long_share
         self.facts_of: list[list[RelationFact]] = [[] for _ in range(len(split))]
         self.attributes_of: list[list[AttributeFact]] = [[] for _ in range(len(split))]
         for fact in facts:
@@ -213,7 +216,7 @@ class CaptionsDataset(SeededItems):
 
     def __getitem__(self, row: int) -> TextItem:
         rng = self.rng(row)
-        caption = pick(self.pools[row], rng)
+        caption = self._caption(row, rng)
         scene = self.scenes[self.split.image_ids[row]]
         group = [caption, *(n.text for n in hard_negatives(caption, scene, rng, self.hard, self.kinds))]
         own = self.facts_of[row]
@@ -222,6 +225,13 @@ class CaptionsDataset(SeededItems):
             chosen.append(rng.choice(self.attributes_of[row]))
         pairs = [statement_pair(fact, rng, self.long_rate) for fact in chosen]
         return TextItem(row, group, pairs, [roles(fact) for fact in chosen])
+
+    def _caption(self, row: int, rng: random.Random) -> str:
+        """One of the image's long captions `long_share` of the time (when it has one), else one from its
+        pool. No draw is spent at share 0, so those runs draw the texts they drew before the option."""
+        if self.long_share and self.split.long[row] and rng.random() < self.long_share:
+            return pick(self.split.long[row], rng)
+        return pick(self.pools[row], rng)
 
 
 class TextItemBatcher:
@@ -360,6 +370,7 @@ class TextStagePlan:
     hard_negatives: int
     negative_kinds: tuple[str, ...]
     attributes: tuple[str, ...] = ()  # attribute facts beside the relations in the pairs and negclip phases
+    long_share: float = 0.0  # the share of the negclip phase's images that take one of their long captions
 
     @property
     def epochs(self) -> int:
@@ -386,7 +397,7 @@ def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transfo
             [f for f in facts if f.relation in axis_relations] + attributes, seed, plan.long_rate), False),
         (Stage("text_negclip", plan.negclip_epochs, plan.lr, 0), lambda: CaptionsDataset(
             train, plan.caption_pool, scenes, facts + attributes, seed, plan.hard_negatives, plan.negative_kinds,
-            plan.long_rate), True),
+            plan.long_rate, plan.long_share), True),
     )
     record: dict = {}
     for stage, dataset, negclip in phases:
