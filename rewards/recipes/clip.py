@@ -158,12 +158,13 @@ class TrainClipConfig(RecipeConfig):
         "(rewards/recipes/attribute_facts.py)")
     text_long_statements: float = option(
         0.0, help="text stage: the share of relation statements worded as the long captions word them (\"A big red "
-        "disc with a striped pattern. It is above the small blue star.\"); the rest as short captions", at_least=0)
+        "disc with a striped pattern. It is above the small blue star.\"); the rest as short captions", at_least=0,
+        at_most=1)
     text_long_captions: float = option(
         0.0, help="text stage: the share of the negclip phase's images whose caption (with its hard negatives) is "
         "one of their long captions; the rest draw from the `captions` pool, as the contrastive stage does. A long "
         "caption's relation sits among sixty tokens of other facts, and the pairs phase's short statements do not "
-        "teach the tower to find it there (0: the pool only)", at_least=0)
+        "teach the tower to find it there (0: the pool only)", at_least=0, at_most=1)
     relation_loss: float = option(
         0.0, help="weight of a loss that grounds relation phrases (\"a circle to the left of a star\", \"a red shape "
         "above a blue shape\") in the images where they hold, against the other relations of the image's own "
@@ -428,10 +429,6 @@ def _validate(cfg: TrainClipConfig) -> None:
     text_stage = cfg.text_roles_epochs + cfg.text_pairs_epochs + cfg.text_negclip_epochs
     if text_stage and not cfg.scenes:
         raise ConfigError("the text stage (text_*_epochs) states the scenes' relations: it needs 'scenes'")
-    if cfg.text_long_statements > 1:
-        raise ConfigError(f"text_long_statements is a share of the statements, at most 1: {cfg.text_long_statements}")
-    if cfg.text_long_captions > 1:
-        raise ConfigError(f"text_long_captions is a share of the images, at most 1: {cfg.text_long_captions}")
     if not cfg.epochs and not (text_stage and cfg.init):
         raise ConfigError("epochs: 0 trains no contrastive stage; it is for a text stage (text_*_epochs) on the "
                           "weights of 'init'")
