@@ -11,7 +11,9 @@ them; `rewards.detail_units` segments any caption). The result is written in the
 (`spec.pt`: OpenAI-CLIP keys + positional_embedding_res) and loads with kind `longclip`; the
 starting model can be written too, so `rewards.specificity` can compare the two. With
 `negatives: world` the contrastive term also ranks hard text negatives (as train_clip does), so
-the fine-tuning keeps what the starting CLIP sees. It ends with its world-foil accuracy (specs).
+the fine-tuning keeps what the starting CLIP sees; with `edited_negatives` a negative triplet's d- may
+be the true next unit with one fact changed (false of the scene, the world parser says), so a detail
+raises the score for what it says, not for being one more. It ends with its world-foil accuracy (specs).
 """
 
 
@@ -73,6 +75,9 @@ class TrainSpecsConfig(RecipeConfig):
     negatives: Literal["none", "world"] = option("none", help="hard text negatives in the contrastive term: none or "
                                                   "world (as train_clip)")
     hard_negatives: int = option(2, help="hard negatives per image and step (with negatives: world)", at_least=0)
+    edited_negatives: float = option(0.0, help="share of negative triplets whose d- is the true next unit with one "
+                                     "fact changed (false of the scene, the world parser says; needs scenes) "
+                                     "instead of another image's unit; 0: the paper's", at_least=0, at_most=1)
 
 
 def dynamic_margin_hinge(bigger: torch.Tensor, smaller: torch.Tensor, max_margin: float) -> tuple[torch.Tensor, float]:
@@ -154,15 +159,26 @@ def triplet_texts(train: Split, cfg: TrainSpecsConfig):
     def texts(row: int, rng: random.Random) -> list[str]:
         own = units[row]
         j = rng.randrange(1, len(own))
-        base = join_units(own[:j])
-        negative = f"{base} {negative_unit(units, row, rng, cfg.shuffle_ratio, allowed)}"
-        out = [join_units(own), base, join_units(own[: j + 1]), negative]
+        base, positive = join_units(own[:j]), join_units(own[: j + 1])
+        negative = None
+        if cfg.edited_negatives and rng.random() < cfg.edited_negatives:
+            negative = edited_unit(base, positive, scenes[train.image_ids[row]], rng)
+        if negative is None:
+            negative = f"{base} {negative_unit(units, row, rng, cfg.shuffle_ratio, allowed)}"
+        out = [join_units(own), base, positive, negative]
         if cfg.negatives == "world" and cfg.hard_negatives:
             scene = scenes[train.image_ids[row]]
             out += [n.text for n in hard_negatives(out[0], scene, rng, cfg.hard_negatives, KINDS)]
         return out
 
     return texts
+
+
+def edited_unit(base: str, positive: str, scene, rng: random.Random) -> str | None:
+    """c_j + d+ with one fact of d+ changed, or None when no edit of the builder lands in d+: adding
+    a detail raises the score for what it says, not for being one more detail."""
+    edits = [n.text for n in hard_negatives(positive, scene, rng, len(KINDS)) if n.text.startswith(f"{base} ")]
+    return rng.choice(edits) if edits else None
 
 
 def specs_step(pair: torch.nn.Module, batch: dict, cfg: TrainSpecsConfig) -> tuple[torch.Tensor, dict[str, float]]:
@@ -191,3 +207,5 @@ def _validate(cfg: TrainSpecsConfig) -> None:
     require_keys(cfg, ("init", "dataset", "images_root", "out"), "train_specs")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
+    if cfg.edited_negatives and not cfg.scenes:
+        raise ConfigError("edited_negatives needs 'scenes' (the world's scenes.json): edits are checked false there")
