@@ -41,7 +41,7 @@ from features.clip_models.open_clip_models import load_open_clip
 from features.clip_models.text_batches import prefix_tree
 from features.clip_models.tokens import ClipTokenizer
 from features.world.negatives import KINDS, hard_negatives
-from features.world.scene import load_scenes
+from features.world.scene import Scene, load_scenes
 from plumbing.atomic import write_json
 from plumbing.config import option, require_keys
 from plumbing.errors import ConfigError, DataError
@@ -158,23 +158,23 @@ def triplet_texts(train: Split, cfg: TrainSpecsConfig):
 
     def texts(row: int, rng: random.Random) -> list[str]:
         own = units[row]
+        scene = scenes[train.image_ids[row]] if scenes is not None else None
         j = rng.randrange(1, len(own))
         base, positive = join_units(own[:j]), join_units(own[: j + 1])
         negative = None
         if cfg.edited_negatives and rng.random() < cfg.edited_negatives:
-            negative = edited_unit(base, positive, scenes[train.image_ids[row]], rng)
+            negative = edited_unit(base, positive, scene, rng)
         if negative is None:
             negative = f"{base} {negative_unit(units, row, rng, cfg.shuffle_ratio, allowed)}"
         out = [join_units(own), base, positive, negative]
         if cfg.negatives == "world" and cfg.hard_negatives:
-            scene = scenes[train.image_ids[row]]
             out += [n.text for n in hard_negatives(out[0], scene, rng, cfg.hard_negatives, KINDS)]
         return out
 
     return texts
 
 
-def edited_unit(base: str, positive: str, scene, rng: random.Random) -> str | None:
+def edited_unit(base: str, positive: str, scene: Scene, rng: random.Random) -> str | None:
     """c_j + d+ with one fact of d+ changed, or None when no edit of the builder lands in d+: adding
     a detail raises the score for what it says, not for being one more detail."""
     edits = [n.text for n in hard_negatives(positive, scene, rng, len(KINDS)) if n.text.startswith(f"{base} ")]
