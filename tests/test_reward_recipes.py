@@ -402,21 +402,44 @@ def test_distill_hint_stage_teaches_the_students_tower_the_teachers_map(tiny_wor
     load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
 
 
+def test_whitening_makes_every_direction_the_embeddings_vary_along_count_alike():
+    """The hints' whitened term: on embeddings whose directions vary by four orders of magnitude, the
+    whitened covariance is the identity up to the ridge, and a small error along the quietest direction
+    costs what the same error in standard deviations costs along the loudest."""
+    generator = torch.Generator().manual_seed(0)
+    scales = torch.tensor([1.0, 0.3, 0.03, 0.003])
+    embeddings = torch.cat([torch.ones(4000, 1) * 5, torch.randn(4000, 4, generator=generator) * scales], dim=1)
+    whiten = feature_hints.whitening(embeddings, ridge=1e-9)
+    unit = F.normalize(embeddings, dim=-1)
+    spread = whiten @ torch.cov(unit.T) @ whiten
+    assert torch.allclose(spread.diagonal()[1:], torch.ones(4), atol=1e-3)
+    teacher = torch.eye(5)[:1]  # the mean direction: a small step from it stays a step on the sphere
+    loud, quiet = (teacher + 0.01 * torch.eye(5)[k] * unit[:, k].std() for k in (1, 4))  # 0.01 sd each
+    loud_cost, quiet_cost = (feature_hints.whitened_error(teacher, s, whiten) for s in (loud, quiet))
+    assert quiet_cost == pytest.approx(float(loud_cost), rel=0.05)
+    assert float(F.mse_loss(quiet, teacher)) < 1e-4 * float(F.mse_loss(loud, teacher))  # raw, it hardly counts
+    assert feature_hints.whitened_error(teacher, 3 * teacher, whiten) == 0  # normalised: scale is not an error
+
+
 def test_distill_hints_can_also_teach_the_teachers_image_embeddings(tiny_world, teacher_file, tmp_path):
-    """hint_embedding_weight: L_D between the student's image embedding and the teacher's joins the hints
-    stage (logged as image_ld, falling), here over mirrored views too (hint_flips); both are parts of that
-    stage, so they need hint_epochs."""
+    """hint_embedding_weight and hint_whitened_weight: L_D and the whitened error between the student's
+    image embedding and the teacher's join the hints stage (logged as image_ld and whitened, falling),
+    here over mirrored views too (hint_flips); all are parts of that stage, so they need hint_epochs."""
     out = tmp_path / "hints_ld.ckpt"
     settings = dict(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),
                     out=str(out), stage1_epochs=0, stage2_epochs=1, batch_size=16, workers=0, hint_epochs=4,
-                    hint_embedding_weight=1.0, lr=2e-3, hint_flips=["horizontal"])
+                    hint_embedding_weight=1.0, hint_whitened_weight=1.0, lr=2e-3, hint_flips=["horizontal"])
     distill_lclip.distill_lclip(distill_lclip.DistillConfig(**settings), progress=False)
     hints = [json.loads(line) for line in out.with_suffix(".log.jsonl").read_text().splitlines()][:4]
-    assert all(r["stage"] == "hints" and "image_ld" in r for r in hints)
+    assert all(r["stage"] == "hints" and "image_ld" in r and "whitened" in r for r in hints)
     assert hints[-1]["image_ld"] < hints[0]["image_ld"]
+    assert hints[-1]["whitened"] < hints[0]["whitened"]
     load_reward_model(RewardModelSpec(kind="lclip", weights=str(out)))
     for change, message in (({"hint_epochs": 0, "hint_flips": []}, "hint_embedding_weight .* needs hint_epochs"),
-                            ({"hint_epochs": 0, "hint_embedding_weight": 0}, "hint_flips .* needs hint_epochs"),
+                            ({"hint_epochs": 0, "hint_flips": [], "hint_embedding_weight": 0},
+                             "hint_whitened_weight .* needs hint_epochs"),
+                            ({"hint_epochs": 0, "hint_embedding_weight": 0, "hint_whitened_weight": 0},
+                             "hint_flips .* needs hint_epochs"),
                             ({"hint_flips": ["diagonal"]}, "hint_flips: unknown \\['diagonal'\\]")):
         with pytest.raises(ConfigError, match=message):
             distill_lclip.distill_lclip(distill_lclip.DistillConfig(**{**settings, **change,

@@ -35,7 +35,7 @@ from plumbing.errors import ConfigError
 from rewards.clip.formulas import CLIP_S_PREFIX, clip_s
 from rewards.recipes.contrastive import distill_loss, embed_texts, gather_with_grad, recall_at_1
 from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels, embed_split_images, load_split, pick
-from rewards.recipes.feature_hints import pretrain_on_hints
+from rewards.recipes.feature_hints import EmbeddingTerms, pretrain_on_hints
 from rewards.recipes.feature_maps import image_side
 from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
@@ -97,6 +97,14 @@ class DistillConfig(RecipeConfig):
         0.0, help="in the hints stage, weight of L_D between the student's image embedding and the teacher's (image "
         "side only, so the stage stays cheap: the teacher's embeddings are computed once), besides the maps "
         "(0: off)", at_least=0)
+    hint_whitened_weight: float = option(
+        0.0, help="in the hints stage, weight of the squared error between the student's and the teacher's normalised "
+        "image embeddings in the teacher's whitened space (fitted on the train images' embeddings): every direction "
+        "the images vary along counts alike, so the quiet ones, where relations lie, are not left for late passes "
+        "(docs/reward_models.md, \"The student's quiet directions\"; 0: off)", at_least=0)
+    hint_whiten_ridge: float = option(
+        0.1, help="the whitening's ridge: added to each eigenvalue of the teacher's embedding covariance, as a share "
+        "of their mean, before the -1/2 power (smaller: the quietest directions weigh more)", above=0)
     hint_flips: list[str] = option(
         factory=list, help="the hints stage also trains on each train image mirrored on these axes (horizontal, "
         "vertical; every combination), the teacher's maps and embeddings computed for each view: an epoch then "
@@ -104,6 +112,11 @@ class DistillConfig(RecipeConfig):
     hint_projection: bool = option(
         False, help="after the hints, the image tower's output projection starts as the least-squares readout of "
         "the teacher's image embeddings from the student's class token, instead of at random (needs hint_epochs)")
+
+
+def hint_terms(cfg: DistillConfig) -> EmbeddingTerms:
+    """The hints stage's terms on the image embedding, from the config."""
+    return EmbeddingTerms(cfg.hint_embedding_weight, cfg.hint_whitened_weight, cfg.hint_whiten_ridge)
 
 
 def similarity_regulator(teacher_sim: torch.Tensor, student_sim: torch.Tensor) -> torch.Tensor:
@@ -246,7 +259,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
                                  scenes, cfg.vision_pretrain_epochs)
     if cfg.hint_epochs:
         pretrain_on_hints(run, student.image_encoder, teacher.visual, train, loaded.preprocess, cfg.hint_epochs,
-                          cfg.workers, cfg.hint_projection, cfg.hint_embedding_weight, cfg.hint_flips)
+                          cfg.workers, cfg.hint_projection, hint_terms(cfg), cfg.hint_flips)
     record: dict = {}
     steps = max(1, len(train) // cfg.batch_size) * cfg.stage1_epochs
     stages = (Stage("stage1", cfg.stage1_epochs, cfg.lr, min(50, steps // 10 + 1)),
@@ -384,6 +397,8 @@ def _validate(cfg: DistillConfig) -> None:
         raise ConfigError("hint_embedding_weight is a term of the hints stage: it needs hint_epochs")
     if unknown := sorted(set(cfg.hint_flips) - set(AXES)):
         raise ConfigError(f"hint_flips: unknown {unknown}; known: {', '.join(AXES)}")
+    if cfg.hint_whitened_weight and not cfg.hint_epochs:
+        raise ConfigError("hint_whitened_weight is a term of the hints stage: it needs hint_epochs")
     if cfg.hint_flips and not cfg.hint_epochs:
         raise ConfigError("hint_flips are views of the hints stage: it needs hint_epochs")
     if cfg.hint_projection and not cfg.hint_epochs:

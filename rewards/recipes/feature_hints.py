@@ -8,12 +8,21 @@ so the student learned colour from it but not shape (docs/reward_models.md). The
 there: many more numbers per image, each about one region. Both maps are pooled to the coarser of
 the two grids and compared token by token after a layer norm, so the loss does not depend on the
 teacher's feature scale.
+
+With `EmbeddingTerms`, the stage also teaches the tower the teacher's image embedding: L_D, and a
+squared error in the teacher's whitened embedding space. Why the second: the train images' embeddings
+vary mostly along a few directions (16 of 256 hold 87% of the variance in the world CLIP), while a
+relation foil's text difference lies almost wholly outside them (6% of its energy in those 16). A loss
+in the raw space fits the loud directions first and the quiet ones only after many passes; whitened,
+every direction the images vary along counts alike (docs/reward_models.md, "The student's quiet
+directions").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -115,41 +124,80 @@ class HintProbe(nn.Module):
         return self.adapter(F.adaptive_avg_pool2d(grid, self.side).flatten(2).transpose(1, 2)), embedding
 
 
-def hint_step(model: nn.Module, batch: dict, embedding_weight: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean squared error between the layer-normed predicted tokens and the teacher's; with
-    `embedding_weight`, plus that weight times L_D (Eq. 1) between the tower's image embedding and the
-    teacher's (batch["targets"] is then (maps, embeddings))."""
-    target, teacher_embedding = batch["targets"] if embedding_weight else (batch["targets"], None)
+@dataclass(frozen=True)
+class EmbeddingTerms:
+    """The hints stage's terms on the tower's image embedding, against the teacher's (both 0: none)."""
+
+    ld_weight: float = 0.0        # L-CLIP's L_D (Eq. 1)
+    whitened_weight: float = 0.0  # squared error of the normalised embeddings, whitened
+    whiten_ridge: float = 0.1     # added to each eigenvalue, as a share of their mean
+
+    @property
+    def on(self) -> bool:
+        return bool(self.ld_weight or self.whitened_weight)
+
+
+def whitening(embeddings: torch.Tensor, ridge: float) -> torch.Tensor:
+    """[d, d] ZCA whitening of the normalised `embeddings` ([N, d]): their covariance's eigenvalues,
+    each raised by `ridge` times their mean (so that directions no image varies along are not blown
+    up), to the power -1/2."""
+    unit = F.normalize(embeddings.double(), dim=-1)
+    values, vectors = torch.linalg.eigh(torch.cov(unit.T))
+    values = values.clamp_min(0)
+    values = values + ridge * values.mean()
+    return ((vectors * values.rsqrt()) @ vectors.T).float()
+
+
+def whitened_error(teacher: torch.Tensor, student: torch.Tensor, whiten: torch.Tensor) -> torch.Tensor:
+    """Mean squared difference of the normalised embeddings ([B, d]) in the whitened space."""
+    gap = F.normalize(student, dim=-1) - F.normalize(teacher, dim=-1)
+    return (gap @ whiten.to(gap.dtype)).pow(2).mean()
+
+
+def hint_step(model: nn.Module, batch: dict, terms: EmbeddingTerms = EmbeddingTerms(),
+              whiten: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Mean squared error between the layer-normed predicted tokens and the teacher's; with `terms` on,
+    plus the embedding terms (batch["targets"] is then (maps, embeddings); `whiten` is the teacher's
+    whitening when terms.whitened_weight is set)."""
+    target, teacher_embedding = batch["targets"] if terms.on else (batch["targets"], None)
     predicted, embedding = model(batch["images"])
     predicted = F.layer_norm(predicted.float(), predicted.shape[-1:])
     loss = F.mse_loss(predicted, target)
     with torch.no_grad():
         parts = {"hint_cosine": float(F.cosine_similarity(predicted, target, dim=-1).mean())}
-    if teacher_embedding is not None:
-        image_ld = distill_loss(teacher_embedding, embedding.float())
-        loss = loss + embedding_weight * image_ld
-        parts["image_ld"] = image_ld.item()
+    if teacher_embedding is None:
+        return loss, parts
+    embedding = embedding.float()
+    image_ld = distill_loss(teacher_embedding, embedding)
+    loss = loss + terms.ld_weight * image_ld
+    parts["image_ld"] = image_ld.item()
+    if terms.whitened_weight:
+        whitened = whitened_error(teacher_embedding, embedding, whiten)
+        loss = loss + terms.whitened_weight * whitened
+        parts["whitened"] = whitened.item()
     return loss, parts
 
 
 def pretrain_on_hints(run: RecipeRun, tower: LClipVision, teacher_visual: nn.Module, split: Split,
                       transform: Callable, epochs: int, workers: int, fit_projection: bool = False,
-                      embedding_weight: float = 0.0, flip_axes: Sequence[str] = ()) -> None:
+                      terms: EmbeddingTerms = EmbeddingTerms(), flip_axes: Sequence[str] = ()) -> None:
     """Train `tower` on the teacher's feature maps of `split` for `epochs`, as the resumable stage
-    "hints" of `run`; the adapter is dropped afterwards. With `embedding_weight`, the tower's image
-    embedding also learns the teacher's (L_D, image side only: the teacher's embeddings come from the
-    same one forward as its maps). With `fit_projection`, the tower's output projection then starts as
-    the least-squares readout of the teacher's embeddings (`readout_projection`)."""
+    "hints" of `run`; the adapter is dropped afterwards. With `terms` on, the tower's image embedding
+    also learns the teacher's (image side only: the teacher's embeddings come from the same one forward
+    as its maps; the whitening is fitted on them, every view). With `fit_projection`, the tower's output
+    projection then starts as the least-squares readout of the teacher's embeddings
+    (`readout_projection`)."""
     side = hint_side(teacher_visual, student_side(tower), run.device)
     views = [(), *flips(tuple(flip_axes))]
     hints, embeddings = teacher_hints(teacher_visual, split, transform, side, run.device, workers, views=views)
-    probe = HintProbe(tower, hints.shape[-1], side, embedding=bool(embedding_weight))
+    probe = HintProbe(tower, hints.shape[-1], side, embedding=terms.on)
     stage = Stage("hints", epochs, run.cfg.lr, run.cfg.warmup_steps)
-    targets = (hints, embeddings) if embedding_weight else hints
-    step = partial(hint_step, embedding_weight=embedding_weight)
-    # without the embedding term the tower's output norm and projection get no gradient: left out, so that
+    targets = (hints, embeddings) if terms.on else hints
+    whiten = whitening(embeddings, terms.whiten_ridge).to(run.device) if terms.whitened_weight else None
+    step = partial(hint_step, terms=terms, whiten=whiten)
+    # without an embedding term the tower's output norm and projection get no gradient: left out, so that
     # DDP (several processes) does not wait for theirs
-    unused = [] if embedding_weight else [tower.proj, *tower.ln_post.parameters()]
+    unused = [] if terms.on else [tower.proj, *tower.ln_post.parameters()]
     for param in unused:
         param.requires_grad_(False)
     try:
