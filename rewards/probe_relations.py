@@ -15,7 +15,12 @@ of / right of; vertical: above / below):
                    and per shape named, "A above B" scored by e · (u_A - u_B), fitted by ridge on
                    --fit-split's object pairs and read on --split's (rewards.recipes.relation_probe);
   scene facts      the same kind of readout onto the background, the object count, and a one-object
-                   scene's size and texture: accuracy beside the share of the commonest value.
+                   scene's size and texture: accuracy beside the share of the commonest value;
+  foil directions  how much of each rendered foil kind's text difference (true caption minus foil)
+                   lies in the top 8 / 16 / 32 / 64 principal directions of --fit-split's image
+                   embeddings, beside the images' own variance there: a kind that differs where the
+                   images hardly vary is one a distilled student learns last (docs/reward_models.md,
+                   "The student's quiet directions").
 
 Positions read well, and relations read well by the fitted vectors, with foils at chance put the
 loss in the text tower. The last line printed is one JSON object; --out writes it too (atomically).
@@ -41,7 +46,13 @@ from plumbing.tables import format_table
 from rewards.clip.formulas import CLIP_S_PREFIX
 from rewards.recipes.data import Split, embed_split_images, load_split
 from rewards.recipes.foil_report import judge_foils, split_foils
-from rewards.recipes.relation_probe import read_facts, read_positions, read_relations, relation_foils_by_axis
+from rewards.recipes.relation_probe import (
+    foil_directions,
+    read_facts,
+    read_positions,
+    read_relations,
+    relation_foils_by_axis,
+)
 
 
 @dataclass
@@ -85,7 +96,8 @@ def probe(cfg: ProbeRelationsConfig) -> dict:
             "relation_foils": relation_foils_by_axis(judged, scenes_of),
             "positions": read_positions(fit_images, fit_scenes, images, scenes_of),
             "relations": read_relations(fit_images, fit_scenes, images, scenes_of),
-            "facts": read_facts(fit_images, fit_scenes, images, scenes_of)}
+            "facts": read_facts(fit_images, fit_scenes, images, scenes_of),
+            "foil_directions": foil_directions(fit_images, judged)}
 
 
 def opening(prefix: str) -> str:
@@ -107,13 +119,20 @@ def tables(result: dict) -> str:
     facts = format_table(["fact", "images", "accuracy", "commonest value's share"],
                          [[r["fact"], r["images"], f"{r['accuracy']:.3f}", f"{r['majority']:.3f}"]
                           for r in result["facts"]])
+    tops = list(result["foil_directions"][0]["shares"])
+    directions = format_table(["texts", "kind", "n", *(f"top {k}" for k in tops)],
+                              [[r["captions"], r["kind"], r["foils"], *(f"{r['shares'][k]:.3f}" for k in tops)]
+                               for r in result["foil_directions"]])
     read = f"(fitted on {result['fit_split']}, read on {result['split']})"
     return (f"relation foils of {result['model']} ({result['split']}; clip_s, captions after "
             f"{result['caption_prefix']!r}; chance 0.5):\n{foils}\n\n"
             f"object centres read linearly from the image embedding {read}:\n{positions}\n\n"
             f"relations read from the image embedding by the best vectors per colour and shape {read}:\n"
             f"{relations}\n\n"
-            f"scene facts read linearly from the image embedding {read}:\n{facts}")
+            f"scene facts read linearly from the image embedding {read}:\n{facts}\n\n"
+            f"where foils differ against where {result['fit_split']} images vary: share in the image embeddings' "
+            f"top principal directions (images: of their variance; a kind: of its text differences' energy):\n"
+            f"{directions}")
 
 
 @command

@@ -12,13 +12,14 @@ from features.world.parse import parse_caption
 from features.world.scene import dominant_relation, load_scenes
 from rewards import probe_relations
 from rewards.recipes.data import load_split
-from rewards.recipes.foil_report import split_foils
+from rewards.recipes.foil_report import FoilJudgement, split_foils
 from rewards.recipes.mirror import AXES
 from rewards.recipes.relation_probe import (
     AXIS_OF,
     FACTS,
     GROUPS,
     centre_targets,
+    foil_directions,
     read_facts,
     read_positions,
     read_relations,
@@ -99,6 +100,25 @@ def test_a_readout_of_an_embedding_that_holds_the_facts_reads_every_one(tiny_wor
     assert shuffled[0]["accuracy"] < 0.6 and all(r["majority"] < 1.0 for r in shuffled[:2])
 
 
+def test_foil_directions_put_a_kind_where_its_texts_differ_against_where_the_images_vary():
+    """Images that vary along two of sixteen directions; one kind's foils differ along the loudest, another's
+    along a direction no image varies in: the first lies in the top direction, the second outside the top 8."""
+    generator = torch.Generator().manual_seed(0)
+    images = torch.zeros(500, 16)
+    images[:, 0] = 10.0  # the mean direction
+    images[:, 1:3] = torch.randn(500, 2, generator=generator) * torch.tensor([2.0, 1.0])
+    images[:, 3:] = torch.randn(500, 13, generator=generator) * 0.01
+    loud, quiet = torch.eye(16)[1], torch.eye(16)[12]
+    judged = [FoilJudgement(0, kind, "short", 1.0, 0.5, difference)
+              for kind, difference in (("loud", loud), ("quiet", quiet), ("loud", -loud))]
+    judged.append(FoilJudgement(0, "none", "short", 1.0, 0.5))  # no difference kept: not counted
+    rows = {r["kind"]: r for r in foil_directions(images, judged, tops=(1, 2, 8, 32))}
+    assert set(rows) == {"variance", "loud", "quiet"} and list(rows["variance"]["shares"]) == [1, 2, 8]
+    assert rows["variance"]["shares"][2] > 0.95 and rows["variance"]["foils"] == 500
+    assert rows["loud"]["shares"][1] > 0.99 and rows["loud"]["foils"] == 2
+    assert rows["quiet"]["shares"][8] < 0.7  # one of the 13 near-silent directions, at random among them
+
+
 def test_probe_prints_its_tables_and_writes_json(tiny_world, tmp_path, capsys):
     out = tmp_path / "probe.json"
     assert probe_relations.main(["--arch", "world-clip-tiny", "--world", str(tiny_world), "--fit-split", "train",
@@ -120,6 +140,12 @@ def test_probe_prints_its_tables_and_writes_json(tiny_world, tmp_path, capsys):
     assert [r["axis"] for r in result["relations"]] == ["horizontal", "vertical"]
     assert all(0 <= r["accuracy"] <= 1 and r["pairs"] > 0 for r in result["relations"])
     assert all(0 <= r["accuracy"] <= 1 and 0 < r["majority"] <= 1 for r in result["facts"])
+    assert "where foils differ against where train images vary" in printed
+    directions = result["foil_directions"]
+    assert directions[0]["kind"] == "variance" and {r["kind"] for r in directions[1:]} >= {"relation", "shape"}
+    for row in directions:
+        shares = list(row["shares"].values())
+        assert all(0 <= a <= b <= 1 + 1e-9 for a, b in zip(shares, shares[1:], strict=False)), row
 
 
 def test_the_caption_prefix_is_what_the_text_tower_reads(tiny_world):

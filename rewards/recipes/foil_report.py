@@ -14,6 +14,7 @@ prefix, specs without), from embeddings computed here, so a regression shows in 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ class FoilJudgement:
     captions: str  # "short" or "long"
     win: float  # 1 when the true caption scores higher, 0.5 for a tie, else 0
     text_cosine: float  # between the true caption's and the foil's text embeddings
+    # the true caption's text embedding minus the foil's (relation_probe.foil_directions reads them)
+    difference: torch.Tensor | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,7 @@ def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipToke
         wrong = score(images[[row for row, _ in foils]], embedded[len(rows):]).tolist()
         for (row, foil), foil_score, foil_text in zip(foils, wrong, embedded[len(rows):], strict=True):
             judged.append(FoilJudgement(row, foil["kind"], label, win(right[row], foil_score),
-                                        float(truth[row] @ foil_text)))
+                                        float(truth[row] @ foil_text), (truth[row] - foil_text).cpu()))
     return judged
 
 

@@ -19,6 +19,12 @@ Three measurements, each split by axis (horizontal: left of / right of; vertical
   Its accuracy is a ceiling to hold the relation foils against: with the vectors fitted, the image
   embedding alone orders the pairs.
 
+`foil_directions` says why a relation can be there and still be read last: the share of each foil
+kind's text difference (the true caption's embedding minus the foil's) that lies in the top principal
+directions of the images' embeddings, beside the share of the images' variance there. A kind whose
+difference lies where the images hardly vary is one a loss in the raw embedding space (a student's L_D,
+say) fits last.
+
 Beside them, `read_facts` reads a scene's other facts the same way (a ridge readout onto each value,
 the largest wins): the background, the object count, and a one-object scene's size and texture. A
 fact the embedding has lost cannot be read from any caption either.
@@ -43,6 +49,7 @@ AXIS_OF = {"left of": "horizontal", "right of": "horizontal", "above": "vertical
 # name: (the objects' attribute, its values)
 GROUPS = {"shape": ("shape", tuple(lexicon.SHAPES)), "colour": ("color", tuple(lexicon.COLORS))}
 RIDGE = 1e-2
+SPECTRUM_TOPS = (8, 16, 32, 64)  # the leading principal directions `foil_directions` reports
 RELATION_RIDGE = 1.0  # penalty of `read_relations`' vectors (val accuracy is flat from 0.1 to 1 on the world)
 FIRST_OF_AXIS = {"horizontal": "left of", "vertical": "above"}  # the relation coded +1 on each axis
 NAME_SLOT = {name: k for k, name in enumerate([*lexicon.COLORS, *lexicon.SHAPES])}  # a vector of read_relations each
@@ -80,6 +87,28 @@ def relation_foils_by_axis(judged: list[FoilJudgement], scenes: list[Scene]) -> 
              "accuracy": sum(j.win for j in rows) / len(rows),
              "text_cosine": sum(j.text_cosine for j in rows) / len(rows)}
             for (captions, axis), rows in sorted(groups.items())]
+
+
+def foil_directions(images: torch.Tensor, judged: list[FoilJudgement], tops: tuple[int, ...] = SPECTRUM_TOPS
+                    ) -> list[dict]:
+    """The images' variance share in their embeddings' top-k principal directions (`images` [N, d]), then per
+    captions and foil kind the share of its foils' text differences' energy there (the judgements'
+    `difference`, summed over the kind's foils)."""
+    unit = F.normalize(images.double(), dim=-1)
+    values, vectors = torch.linalg.eigh(torch.cov(unit.T))
+    values, vectors = values.flip(0).clamp_min(0), vectors.flip(1)
+    tops = tuple(k for k in tops if k <= len(values))
+    rows = [{"captions": "images", "kind": "variance", "foils": len(images),
+             "shares": {k: float(values[:k].sum() / values.sum()) for k in tops}}]
+    grouped: dict[tuple[str, str], list[torch.Tensor]] = defaultdict(list)
+    for judgement in judged:
+        if judgement.difference is not None:
+            grouped[(judgement.captions, judgement.kind)].append(judgement.difference)
+    for (captions, kind), differences in sorted(grouped.items()):
+        energy = (torch.stack(differences).double() @ vectors).pow(2).sum(0)
+        rows.append({"captions": captions, "kind": kind, "foils": len(differences),
+                     "shares": {k: float(energy[:k].sum() / energy.sum()) for k in tops}})
+    return rows
 
 
 def centre_targets(scenes: list[Scene]) -> dict[str, torch.Tensor]:
