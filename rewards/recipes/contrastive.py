@@ -23,6 +23,13 @@ def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
     return 0.5 * (teacher - student).abs().mean() + 0.5 * (1 - F.cosine_similarity(teacher, student, dim=-1)).mean()
 
 
+def embedding_spectrum(embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eigenvalues (ascending) and eigenvectors (columns) of the covariance of the normalised
+    `embeddings` ([N, d]), in float64: where a set of embeddings varies, and how much."""
+    unit = F.normalize(embeddings.double(), dim=-1)
+    return torch.linalg.eigh(torch.cov(unit.T))
+
+
 def info_nce(image: torch.Tensor, text: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
     """Symmetric CLIP loss on normalised embeddings; row i of each is a matching pair."""
     logits = logit_scale.exp() * image @ text.t()

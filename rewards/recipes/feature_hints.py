@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from features.clip_models.lclip import LClipVision
-from rewards.recipes.contrastive import distill_loss
+from rewards.recipes.contrastive import distill_loss, embedding_spectrum
 from rewards.recipes.data import ImagesWithTargets, Split, collate_targets, image_batches, raise_errors
 from rewards.recipes.feature_maps import last_map, last_map_shape
 from rewards.recipes.loop import RecipeRun, Stage, to_channels_last
@@ -141,8 +141,7 @@ def whitening(embeddings: torch.Tensor, ridge: float) -> torch.Tensor:
     """[d, d] ZCA whitening of the normalised `embeddings` ([N, d]): their covariance's eigenvalues,
     each raised by `ridge` times their mean (so that directions no image varies along are not blown
     up), to the power -1/2."""
-    unit = F.normalize(embeddings.double(), dim=-1)
-    values, vectors = torch.linalg.eigh(torch.cov(unit.T))
+    values, vectors = embedding_spectrum(embeddings)
     values = values.clamp_min(0)
     values = values + ridge * values.mean()
     return ((vectors * values.rsqrt()) @ vectors.T).float()

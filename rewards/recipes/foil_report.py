@@ -136,9 +136,13 @@ def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipToke
         truth = dict(zip(rows, embedded[: len(rows)], strict=True))
         right = dict(zip(rows, score(images[rows], embedded[: len(rows)]).tolist(), strict=True))
         wrong = score(images[[row for row, _ in foils]], embedded[len(rows):]).tolist()
-        for (row, foil), foil_score, foil_text in zip(foils, wrong, embedded[len(rows):], strict=True):
+        # one subtraction and one copy off the device for all foils, not one per foil
+        position = {row: k for k, row in enumerate(rows)}
+        differences = (embedded[[position[row] for row, _ in foils]] - embedded[len(rows):]).cpu()
+        for (row, foil), foil_score, foil_text, difference in zip(foils, wrong, embedded[len(rows):], differences,
+                                                                   strict=True):
             judged.append(FoilJudgement(row, foil["kind"], label, win(right[row], foil_score),
-                                        float(truth[row] @ foil_text), (truth[row] - foil_text).cpu()))
+                                        float(truth[row] @ foil_text), difference))
     return judged
 
 

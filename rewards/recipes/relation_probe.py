@@ -42,6 +42,7 @@ from features.world import lexicon
 from features.world.captions import reading_order
 from features.world.foils import stated_relations
 from features.world.scene import RELATION_MARGIN, Scene, dominant_relation
+from rewards.recipes.contrastive import embedding_spectrum
 from rewards.recipes.foil_report import FoilJudgement
 from rewards.recipes.mirror import AXES  # ("horizontal", "vertical")
 
@@ -94,8 +95,7 @@ def foil_directions(images: torch.Tensor, judged: list[FoilJudgement], tops: tup
     """The images' variance share in their embeddings' top-k principal directions (`images` [N, d]), then per
     captions and foil kind the share of its foils' text differences' energy there (the judgements'
     `difference`, summed over the kind's foils)."""
-    unit = F.normalize(images.double(), dim=-1)
-    values, vectors = torch.linalg.eigh(torch.cov(unit.T))
+    values, vectors = embedding_spectrum(images)
     values, vectors = values.flip(0).clamp_min(0), vectors.flip(1)
     tops = tuple(k for k in tops if k <= len(values))
     rows = [{"captions": "images", "kind": "variance", "foils": len(images),
