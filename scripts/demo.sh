@@ -43,7 +43,7 @@ python -m features.extract --backbone longclip --pretrained "$OUT/reward_models/
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/specs.h5"
 finish "specs"
 
-stage "L-CLIP (distilled from the world CLIP: its text tower a copy of the teacher's, its image tower 60 epochs on the teacher's feature maps and embeddings, raw and whitened, then 1 of stage 2) -> $OUT/reward_models/world_lclip.ckpt"
+stage "L-CLIP (distilled from the world CLIP: its text tower a copy of the teacher's, its image tower 18 epochs over each train image and its three mirrored views on the teacher's feature maps and embeddings, raw and whitened, then 1 of stage 2) -> $OUT/reward_models/world_lclip.ckpt"
 python -m rewards.distill_lclip --config configs/reward_models/world_lclip.yaml
 python -m features.extract --backbone lclip --pretrained "$OUT/reward_models/world_lclip.ckpt" \
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/lclip.h5"
