@@ -114,6 +114,13 @@ class DistillConfig(RecipeConfig):
         "the teacher's image embeddings from the student's class token, instead of at random (needs hint_epochs)")
 
 
+# the options that only shape the hints stage, and what each is to it (each needs hint_epochs)
+HINT_OPTIONS = {"hint_embedding_weight": "is a term of the hints stage",
+                "hint_whitened_weight": "is a term of the hints stage",
+                "hint_flips": "are views of the hints stage",
+                "hint_projection": "reads the hint-trained tower"}
+
+
 def hint_terms(cfg: DistillConfig) -> EmbeddingTerms:
     """The hints stage's terms on the image embedding, from the config."""
     return EmbeddingTerms(cfg.hint_embedding_weight, cfg.hint_whitened_weight, cfg.hint_whiten_ridge)
@@ -393,15 +400,10 @@ def _validate(cfg: DistillConfig) -> None:
             raise ConfigError(f"{key} ({getattr(cfg, key)}) must be a multiple of repeats ({cfg.repeats})")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
-    if cfg.hint_embedding_weight and not cfg.hint_epochs:
-        raise ConfigError("hint_embedding_weight is a term of the hints stage: it needs hint_epochs")
     if unknown := sorted(set(cfg.hint_flips) - set(AXES)):
         raise ConfigError(f"hint_flips: unknown {unknown}; known: {', '.join(AXES)}")
-    if cfg.hint_whitened_weight and not cfg.hint_epochs:
-        raise ConfigError("hint_whitened_weight is a term of the hints stage: it needs hint_epochs")
-    if cfg.hint_flips and not cfg.hint_epochs:
-        raise ConfigError("hint_flips are views of the hints stage: it needs hint_epochs")
-    if cfg.hint_projection and not cfg.hint_epochs:
-        raise ConfigError("hint_projection reads the hint-trained tower: it needs hint_epochs")
+    for key, role in HINT_OPTIONS.items():
+        if getattr(cfg, key) and not cfg.hint_epochs:
+            raise ConfigError(f"{key} {role}: it needs hint_epochs")
     if cfg.vision_pretrain_epochs and not cfg.scenes:
         raise ConfigError("vision_pretrain_epochs needs 'scenes' (the world's scenes.json: the labels)")

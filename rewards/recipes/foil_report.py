@@ -133,16 +133,15 @@ def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipToke
             continue
         texts = [prefix + items[row][field] for row in rows] + [prefix + foil[field] for _, foil in foils]
         embedded = embed_texts(encode_text, tokenizer, texts, device)
-        truth = dict(zip(rows, embedded[: len(rows)], strict=True))
         right = dict(zip(rows, score(images[rows], embedded[: len(rows)]).tolist(), strict=True))
         wrong = score(images[[row for row, _ in foils]], embedded[len(rows):]).tolist()
-        # one subtraction and one copy off the device for all foils, not one per foil
+        # each foil beside its true caption's embedding: cosines and differences in one pass, one copy off the device
         position = {row: k for k, row in enumerate(rows)}
-        differences = (embedded[[position[row] for row, _ in foils]] - embedded[len(rows):]).cpu()
-        for (row, foil), foil_score, foil_text, difference in zip(foils, wrong, embedded[len(rows):], differences,
-                                                                   strict=True):
-            judged.append(FoilJudgement(row, foil["kind"], label, win(right[row], foil_score),
-                                        float(truth[row] @ foil_text), difference))
+        truths, foil_texts = embedded[[position[row] for row, _ in foils]], embedded[len(rows):]
+        cosines = (truths * foil_texts).sum(-1).tolist()
+        differences = (truths - foil_texts).cpu()
+        for (row, foil), foil_score, cosine, difference in zip(foils, wrong, cosines, differences, strict=True):
+            judged.append(FoilJudgement(row, foil["kind"], label, win(right[row], foil_score), cosine, difference))
     return judged
 
 
