@@ -34,16 +34,9 @@ def plot_panels(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], x
         ax.set_xlabel(xlabel, fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(names):]:
-        ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return path
+    return _save_png(fig, list(axes.flat)[len(names):], path)
 
 
 def contact_sheet(images: Sequence[str | Path], captions: Sequence[Sequence[str]], path: str | Path,
@@ -68,7 +61,14 @@ def contact_sheet(images: Sequence[str | Path], captions: Sequence[Sequence[str]
             ax.imshow(img.convert("RGB"))
         ax.set_title(title, fontsize=7, loc="left")
         ax.axis("off")
-    for ax in list(axes.flat)[len(images):]:
+    return _save_png(fig, list(axes.flat)[len(images):], path)
+
+
+def _save_png(fig, unused_axes: Sequence, path: str | Path) -> Path:
+    """The figure with its unused panels blanked, laid out and written to `path` atomically; closed."""
+    import matplotlib.pyplot as plt
+
+    for ax in unused_axes:
         ax.axis("off")
     fig.tight_layout()
     path = Path(path)
