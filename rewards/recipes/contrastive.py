@@ -24,10 +24,12 @@ def distill_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
 
 
 def embedding_spectrum(embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eigenvalues (ascending) and eigenvectors (columns) of the covariance of the normalised
-    `embeddings` ([N, d]), in float64: where a set of embeddings varies, and how much."""
+    """Eigenvalues (ascending, rounding's negatives set to 0) and eigenvectors (columns) of the
+    covariance of the normalised `embeddings` ([N, d]), in float64: where a set of embeddings varies,
+    and how much."""
     unit = F.normalize(embeddings.double(), dim=-1)
-    return torch.linalg.eigh(torch.cov(unit.T))
+    values, vectors = torch.linalg.eigh(torch.cov(unit.T))
+    return values.clamp_min(0), vectors
 
 
 def info_nce(image: torch.Tensor, text: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:

@@ -142,7 +142,6 @@ def whitening(embeddings: torch.Tensor, ridge: float) -> torch.Tensor:
     each raised by `ridge` times their mean (so that directions no image varies along are not blown
     up), to the power -1/2."""
     values, vectors = embedding_spectrum(embeddings)
-    values = values.clamp_min(0)
     values = values + ridge * values.mean()
     return ((vectors * values.rsqrt()) @ vectors.T).float()
 

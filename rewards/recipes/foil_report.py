@@ -133,15 +133,17 @@ def judge_foils(images: torch.Tensor, encode_text: Callable, tokenizer: ClipToke
             continue
         texts = [prefix + items[row][field] for row in rows] + [prefix + foil[field] for _, foil in foils]
         embedded = embed_texts(encode_text, tokenizer, texts, device)
-        right = dict(zip(rows, score(images[rows], embedded[: len(rows)]).tolist(), strict=True))
+        right = score(images[rows], embedded[: len(rows)]).tolist()
         wrong = score(images[[row for row, _ in foils]], embedded[len(rows):]).tolist()
-        # each foil beside its true caption's embedding: cosines and differences in one pass, one copy off the device
         position = {row: k for k, row in enumerate(rows)}
-        truths, foil_texts = embedded[[position[row] for row, _ in foils]], embedded[len(rows):]
+        truth_at = [position[row] for row, _ in foils]  # each foil's true caption among `rows`
+        # each foil beside its true caption's embedding: cosines and differences in one pass, one copy off the device
+        truths, foil_texts = embedded[truth_at], embedded[len(rows):]
         cosines = (truths * foil_texts).sum(-1).tolist()
         differences = (truths - foil_texts).cpu()
-        for (row, foil), foil_score, cosine, difference in zip(foils, wrong, cosines, differences, strict=True):
-            judged.append(FoilJudgement(row, foil["kind"], label, win(right[row], foil_score), cosine, difference))
+        for (row, foil), k, foil_score, cosine, difference in zip(foils, truth_at, wrong, cosines, differences,
+                                                                  strict=True):
+            judged.append(FoilJudgement(row, foil["kind"], label, win(right[k], foil_score), cosine, difference))
     return judged
 
 

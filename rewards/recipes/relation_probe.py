@@ -96,7 +96,7 @@ def foil_directions(images: torch.Tensor, judged: list[FoilJudgement], tops: tup
     captions and foil kind the share of its foils' text differences' energy there (the judgements'
     `difference`, summed over the kind's foils)."""
     values, vectors = embedding_spectrum(images)
-    values, vectors = values.flip(0).clamp_min(0), vectors.flip(1)
+    values, vectors = values.flip(0), vectors.flip(1)
     tops = tuple(k for k in tops if k <= len(values))
     rows = [{"captions": "images", "kind": "variance", "foils": len(images),
              "shares": {k: float(values[:k].sum() / values.sum()) for k in tops}}]
