@@ -202,8 +202,9 @@ def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_p
     assert summary["val"]["val_short_chance"] == pytest.approx(1 / 12)
 
 
-def test_the_text_stage_changes_the_text_tower_only(tiny_world, tmp_path):
-    """From a finished CLIP with `epochs: 0`: the image tower and the temperature come out as they went in."""
+def test_the_text_stage_changes_the_text_tower_only(tiny_world, tmp_path, monkeypatch):
+    """From a finished CLIP with `epochs: 0`: the image tower and the temperature come out as they went in.
+    The negclip phase takes its own batch size where one is given."""
     from safetensors.torch import load_file
 
     start = tmp_path / "start.safetensors"
@@ -211,7 +212,15 @@ def test_the_text_stage_changes_the_text_tower_only(tiny_world, tmp_path):
                             "--out", str(start), "--arch", TINY_ARCH, "--epochs", "1", "--set", "batch_size=16",
                             "--set", "workers=0"]) == 0
     out = tmp_path / "read.safetensors"
-    assert _run(tiny_world, out, "--set", "epochs=0", "--init", str(start)) == 0
+    real_fit, batch_sizes = RecipeRun.fit, {}
+
+    def fit(self, model, dataset, collate, loss_fn, stage, *args, **kwargs):
+        batch_sizes[stage.name] = stage.batch_size
+        return real_fit(self, model, dataset, collate, loss_fn, stage, *args, **kwargs)
+
+    monkeypatch.setattr(RecipeRun, "fit", fit)
+    assert _run(tiny_world, out, "--set", "epochs=0", "--init", str(start), "--set", "text_negclip_batch_size=4") == 0
+    assert batch_sizes == {"text_roles": 8, "text_pairs": 16, "text_negclip": 4}
     before, after = load_file(str(start)), load_file(str(out))
     assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("visual.") or k == "logit_scale")
     assert not all(torch.equal(before[k], after[k]) for k in before if k.startswith("transformer."))
@@ -223,6 +232,7 @@ def test_the_text_stage_changes_the_text_tower_only(tiny_world, tmp_path):
     (["--set", "text_attributes=[colour]"], "text_attributes"),
     (["--set", "text_long_statements=1.5"], "text_long_statements"),
     (["--set", "text_long_captions=1.5"], "text_long_captions"),
+    (["--set", "text_negclip_batch_size=1"], "text_negclip_batch_size"),
 ])
 def test_text_stage_settings_are_checked(tiny_world, tmp_path, settings, message, capsys):
     assert _run(tiny_world, tmp_path / "bad.safetensors", *settings) == 2

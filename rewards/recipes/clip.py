@@ -145,7 +145,11 @@ class TrainClipConfig(RecipeConfig):
     text_pairs_axes: list[str] = option(factory=lambda: ["horizontal", "vertical"], help="text stage: the axes "
                                         "whose relations the pairs phase states (the roles and negclip phases: all)")
     text_batch_size: int = option(256, help="text stage: statements per step of the pairs phase (the negclip phase "
-                                  "takes batch_size images)", at_least=2)
+                                  "takes `text_negclip_batch_size` images)", at_least=2)
+    text_negclip_batch_size: int | None = option(
+        None, help="text stage: images per step of the negclip phase (each with its caption and hard negatives; "
+        "null: `batch_size`). At the same number of steps, a larger batch averages more captions into each step, "
+        "and the phase's long-caption relations vary less from one data draw to the next", at_least=2)
     text_roles_batch_size: int = option(
         128, help="text stage: statements per step of the roles phase, which runs at a constant `text_lr`: the roles "
         "leave their plateau after a number of steps, not of statements", at_least=2)
@@ -251,7 +255,8 @@ def text_stage_plan(cfg: TrainClipConfig, train: Split) -> TextStagePlan:
     return TextStagePlan(cfg.text_roles_epochs, cfg.text_pairs_epochs, cfg.text_negclip_epochs, cfg.text_batch_size,
                          cfg.text_roles_batch_size,
                          cfg.text_lr, tuple(cfg.text_pairs_axes), cfg.text_long_statements, train.pool(cfg.captions),
-                         hard, tuple(cfg.negative_kinds), tuple(cfg.text_attributes), cfg.text_long_captions)
+                         hard, tuple(cfg.negative_kinds), tuple(cfg.text_attributes), cfg.text_long_captions,
+                         cfg.text_negclip_batch_size)
 
 
 def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, scenes: dict[int, Scene],

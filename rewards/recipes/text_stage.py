@@ -24,6 +24,8 @@ of the recipe loop (resumable at its epochs' ends), all on the train split's sce
    With `text_long_captions`, that share of the images takes one of its long captions: the pairs'
    short statements teach a relation alone, and a long caption's relation among its other facts is
    learned only from long captions (docs/reward_models.md, "Long captions in the NegCLIP phase").
+   `text_negclip_batch_size` gives the phase its own batch (docs/reward_models.md, "The NegCLIP
+   phase at twice the batch and twice the epochs").
 
 Every statement names the objects by colour and shape; a fact is left out where that is ambiguous
 (two objects that look alike, or other look-alikes holding the inverse relation), since its "false"
@@ -371,6 +373,7 @@ class TextStagePlan:
     negative_kinds: tuple[str, ...]
     attributes: tuple[str, ...] = ()  # attribute facts beside the relations in the pairs and negclip phases
     long_share: float = 0.0  # the share of the negclip phase's images that take one of their long captions
+    negclip_batch_size: int | None = None  # images per step of the negclip phase (None: the recipe's batch_size)
 
     @property
     def epochs(self) -> int:
@@ -395,9 +398,9 @@ def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transfo
          lambda: FactsDataset(facts, seed, plan.long_rate, true_only=True), False),
         (Stage("text_pairs", plan.pairs_epochs, plan.lr, 0, batch_size=plan.batch_size), lambda: FactsDataset(
             [f for f in facts if f.relation in axis_relations] + attributes, seed, plan.long_rate), False),
-        (Stage("text_negclip", plan.negclip_epochs, plan.lr, 0), lambda: CaptionsDataset(
-            train, plan.caption_pool, scenes, facts + attributes, seed, plan.hard_negatives, plan.negative_kinds,
-            plan.long_rate, plan.long_share), True),
+        (Stage("text_negclip", plan.negclip_epochs, plan.lr, 0, batch_size=plan.negclip_batch_size),
+         lambda: CaptionsDataset(train, plan.caption_pool, scenes, facts + attributes, seed, plan.hard_negatives,
+                                 plan.negative_kinds, plan.long_rate, plan.long_share), True),
     )
     record: dict = {}
     for stage, dataset, negclip in phases:
