@@ -148,8 +148,9 @@ class TrainClipConfig(RecipeConfig):
                                   "takes `text_negclip_batch_size` images)", at_least=2)
     text_negclip_batch_size: int | None = option(
         None, help="text stage: images per step of the negclip phase (each with its caption and hard negatives; "
-        "null: `batch_size`). At the same number of steps, a larger batch averages more captions into each step, "
-        "and the phase's long-caption relations vary less from one data draw to the next", at_least=2)
+        "null: `batch_size`). With `text_negclip_epochs` raised in step, the phase keeps its number of steps and "
+        "each step averages more captions (docs/reward_models.md, \"The NegCLIP phase at twice the batch and twice "
+        "the epochs\")", at_least=2)
     text_roles_batch_size: int = option(
         128, help="text stage: statements per step of the roles phase, which runs at a constant `text_lr`: the roles "
         "leave their plateau after a number of steps, not of statements", at_least=2)
