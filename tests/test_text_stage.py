@@ -251,3 +251,18 @@ def test_long_captions_asked_of_a_dataset_without_them_name_the_file(tiny_world,
                             "--set", "text_long_captions=0.5"])
     err = capsys.readouterr().err
     assert code != 0 and str(bare) in err and "long captions" in err
+
+
+def test_every_batch_key_must_divide_into_the_processes_before_training():
+    """Each stage's batch is global: an odd `text_negclip_batch_size` under two processes is refused
+    with its key named when the run starts, not when the text stage comes; null keys are skipped."""
+    from plumbing.errors import ConfigError
+    from rewards.recipes.clip import TrainClipConfig
+    from rewards.recipes.loop import check_global_batches
+
+    check_global_batches(TrainClipConfig(batch_size=64, text_negclip_batch_size=None), 2)
+    check_global_batches(TrainClipConfig(batch_size=64, text_negclip_batch_size=63), 1)
+    with pytest.raises(ConfigError, match="text_negclip_batch_size 63 must divide into 2"):
+        check_global_batches(TrainClipConfig(batch_size=64, text_negclip_batch_size=63), 2)
+    with pytest.raises(ConfigError, match="^batch_size 9 must divide into 4"):
+        check_global_batches(TrainClipConfig(batch_size=9), 4)

@@ -9,6 +9,7 @@ train like one process with the same batch. Read top to bottom: `RecipeRun.fit` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ from features.clip_models.factory import clip_text_forward
 from features.clip_models.text_batches import PrefixTree, length_groups, shared_prefix_text_forward
 from plumbing.atomic import append_line, to_json, write_json
 from plumbing.config import option
+from plumbing.errors import ConfigError
 from plumbing.locks import hold_lock, release_lock
 from plumbing.optim import adamw
 from plumbing.schedules import Schedule, lr_factor
@@ -146,6 +148,17 @@ class Stage:
                           # one on the same data draws that data's next epochs, not its first ones again
 
 
+def check_global_batches(cfg: RecipeConfig, processes: int) -> None:
+    """Every `*batch_size` key of the recipe is a global batch, split over the processes: checked
+    before the first stage, so a text-stage batch that does not divide fails at once, not minutes in."""
+    if processes < 2:
+        return
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if field.name.endswith("batch_size") and isinstance(value, int) and value % processes:
+            raise ConfigError(f"{field.name} {value} must divide into {processes} processes (it is the global batch)")
+
+
 class RecipeRun:
     """One recipe's training: the accelerator, the resumable state, the log and the lock."""
 
@@ -160,11 +173,7 @@ class RecipeRun:
             dataloader_config=DataLoaderConfiguration(split_batches=True, use_seedable_sampler=True),
             step_scheduler_with_optimizer=False,
         )
-        if self.accelerator.num_processes > 1 and cfg.batch_size % self.accelerator.num_processes:
-            from plumbing.errors import ConfigError
-
-            raise ConfigError(f"batch_size {cfg.batch_size} must divide into {self.accelerator.num_processes} "
-                              "processes (it is the global batch)")
+        check_global_batches(cfg, self.accelerator.num_processes)
         if self.accelerator.is_main_process:
             hold_lock(self.out.with_name(self.out.name + ".lock"), f"training of {self.out}")
         set_seed(cfg.seed)
