@@ -50,3 +50,19 @@ def test_attribute_pairs_state_no_relation_and_join_each_images_pairs(world_trai
     row = facts[0].row
     assert plain[row].group == with_sizes[row].group  # the captions are drawn as without attributes
     assert len(with_sizes[row].pairs) == len(plain[row].pairs) + 1
+
+
+def test_a_colour_twin_never_names_another_object_of_that_shape():
+    """A green star beside a white star: "a white star" would be true of the scene, so the green
+    star's colour twin takes any colour but those two, every draw."""
+    objects = [WorldObject(0, "star", "green", "small", "striped", (10.0, 10.0), 6.0, "top left"),
+               WorldObject(1, "star", "white", "large", "solid", (54.0, 54.0), 10.0, "bottom right")]
+    scene = Scene(64, "gray", (128, 128, 128), objects, [])
+    split = Split([7], ["unused.png"], [["a picture"]], [[]], [])
+    fact = next(f for f in attribute_facts(split, {7: scene}, ("color",)) if f.subject.color == "green")
+    rng = random.Random(0)
+    for _ in range(50):
+        true, false = attribute_pair(fact, rng)
+        named = false.split(" and ")[0]  # the closing may list the other objects as they are
+        assert "white" not in named and "green" not in named and named != true.split(" and ")[0], false
+        assert len(contradictions(parse_caption(false), scene)) == 1, false

@@ -1,4 +1,4 @@
-"""Attribute facts for the text stage: one object's size, place or texture, or its scene's background,
+"""Attribute facts for the text stage: one object's size, colour, place or texture, or its scene's background,
 stated against the same words with that attribute changed (docs/reward_models.md, "Size, place and background pairs").
 
 The world CLIP's image embedding says how big a lone object is (a linear readout 0.95 on val), yet
@@ -23,7 +23,7 @@ from features.world.scene import Scene, WorldObject
 from plumbing.errors import DataError
 from rewards.recipes.data import Split
 
-ATTRIBUTES = ("size", "place", "texture", "background")
+ATTRIBUTES = ("size", "color", "place", "texture", "background")
 LEADS = ("", "", "a picture of ", "there is ", "an image of ")  # how a statement opens (half of them plainly)
 
 
@@ -60,6 +60,10 @@ def attribute_pair(fact: AttributeFact, rng: random.Random) -> tuple[str, str]:
     if attribute == "size":
         other = "small" if obj.size == "large" else "large"
         true, false = (f"{rng.choice(lexicon.SIZE_WORDS[s])} {color} {shape}" for s in (obj.size, other))
+    elif attribute == "color":  # to a colour no other object of that shape has, so the twin is false
+        taken = {o.color for o in fact.others if o.shape == obj.shape}
+        other = rng.choice([c for c in lexicon.COLORS if c != obj.color and c not in taken])
+        true, false = (f"{rng.choice(lexicon.COLOR_WORDS[c])} {shape}" for c in (obj.color, other))
     elif attribute == "texture":
         other = rng.choice([t for t in lexicon.TEXTURES if t != obj.texture])
         true, false = (f"{color} {rng.choice(lexicon.TEXTURE_WORDS[t])} {shape}" for t in (obj.texture, other))
