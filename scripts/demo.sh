@@ -27,7 +27,7 @@ python -m features.extract --config configs/features_patches.yaml --dataset "$OU
   --images-root "$OUT/world" --out "$OUT/feats/patches.h5"
 finish "features"
 
-stage "world CLIP (ResNet tower: 20 epochs on the scene graphs, 10 contrastive with world hard negatives, present shapes' nouns and size phrases, the background and count labels kept, then the text stage: 2 + 3 + 4 epochs reading relations, sizes, places and the background) -> $OUT/reward_models/world_clip.safetensors"
+stage "world CLIP (ResNet tower: 20 epochs on the scene graphs, 10 contrastive with world hard negatives, present shapes' nouns and size phrases, the background and count labels kept, then the text stage: 2 + 3 + 8 epochs reading relations, sizes, places and the background) -> $OUT/reward_models/world_clip.safetensors"
 python -m rewards.train_clip --config configs/reward_models/world_clip.yaml
 finish "world-clip"
 
