@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from features.world import lexicon
 from features.world.parse import CaptionClaims, contradictions, match_object, parse_tokens
-from features.world.scene import Scene
+from features.world.scene import Scene, WorldObject
 
 KINDS = ("shape", "color", "size", "texture", "binding", "relation", "place", "count", "background", "added")
 _WORD = re.compile(r"[A-Za-z]+")
@@ -82,10 +83,10 @@ def hard_negatives(text: str, scene: Scene, rng: random.Random, count: int = 3,
     return found
 
 
-def _absent_kind(scene: Scene, rng: random.Random, shape: str | None = None,
-                 color: str | None = None) -> tuple[str, str]:
-    """A (color, shape) no object of the scene has, keeping the given one of the two when possible."""
-    present = {(o.color, o.shape) for o in scene.objects}
+def absent_kind(objects: Sequence[WorldObject], rng: random.Random, shape: str | None = None,
+                color: str | None = None) -> tuple[str, str]:
+    """A (color, shape) none of a scene's `objects` has, keeping the given one of the two when possible."""
+    present = {(o.color, o.shape) for o in objects}
     shapes = [shape] if shape else list(lexicon.SHAPES)
     colors = [color] if color else list(lexicon.COLORS)
     options = [(c, s) for c in colors for s in shapes if (c, s) not in present]
@@ -119,7 +120,7 @@ def _color(words: _Words, claims: CaptionClaims, scene: Scene, rng: random.Rando
     k, mention = _pick_mention(claims, scene, rng, lambda m, o: m.color is not None)
     if mention is None:
         return None
-    color, _ = _absent_kind(scene, rng, shape=mention.shape)
+    color, _ = absent_kind(scene.objects, rng, shape=mention.shape)
     at = next(i for i in range(mention.start, mention.end) if words.tokens[i] in _COLOR_WORDS)
     return words.replace({at: color})
 
@@ -197,7 +198,7 @@ def _background(words: _Words, claims: CaptionClaims, scene: Scene, rng: random.
 
 
 def _added(words: _Words, claims: CaptionClaims, scene: Scene, rng: random.Random) -> str | None:
-    color, shape = _absent_kind(scene, rng)
+    color, shape = absent_kind(scene.objects, rng)
     size = rng.choice(list(lexicon.SIZES))
     article = "an" if color[0] in "aeiou" else "a"
     text = words.text.rstrip()

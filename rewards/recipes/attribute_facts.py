@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from features.world import lexicon
 from features.world.captions import article, place_phrase
+from features.world.negatives import absent_kind
 from features.world.scene import Scene, WorldObject
 from plumbing.errors import DataError
 from rewards.recipes.data import Split
@@ -61,8 +62,7 @@ def attribute_pair(fact: AttributeFact, rng: random.Random) -> tuple[str, str]:
         other = "small" if obj.size == "large" else "large"
         true, false = (f"{rng.choice(lexicon.SIZE_WORDS[s])} {color} {shape}" for s in (obj.size, other))
     elif attribute == "color":  # to a colour no other object of that shape has, so the twin is false
-        taken = {o.color for o in fact.others if o.shape == obj.shape}
-        other = rng.choice([c for c in lexicon.COLORS if c != obj.color and c not in taken])
+        other, _ = absent_kind((obj, *fact.others), rng, shape=obj.shape)
         true, false = (f"{rng.choice(lexicon.COLOR_WORDS[c])} {shape}" for c in (obj.color, other))
     elif attribute == "texture":
         other = rng.choice([t for t in lexicon.TEXTURES if t != obj.texture])
