@@ -253,11 +253,13 @@ def contrastive_stages(cfg: TrainClipConfig) -> list[tuple[Stage, bool]]:
 
 def text_stage_plan(cfg: TrainClipConfig, train: Split) -> TextStagePlan:
     hard = cfg.hard_negatives if cfg.negatives == "world" else 0
-    return TextStagePlan(cfg.text_roles_epochs, cfg.text_pairs_epochs, cfg.text_negclip_epochs, cfg.text_batch_size,
-                         cfg.text_roles_batch_size,
-                         cfg.text_lr, tuple(cfg.text_pairs_axes), cfg.text_long_statements, train.pool(cfg.captions),
-                         hard, tuple(cfg.negative_kinds), tuple(cfg.text_attributes), cfg.text_long_captions,
-                         cfg.text_negclip_batch_size)
+    return TextStagePlan(
+        roles_epochs=cfg.text_roles_epochs, pairs_epochs=cfg.text_pairs_epochs,
+        negclip_epochs=cfg.text_negclip_epochs, batch_size=cfg.text_batch_size,
+        roles_batch_size=cfg.text_roles_batch_size, negclip_batch_size=cfg.text_negclip_batch_size,
+        lr=cfg.text_lr, pair_axes=tuple(cfg.text_pairs_axes), attributes=tuple(cfg.text_attributes),
+        long_rate=cfg.text_long_statements, long_share=cfg.text_long_captions,
+        caption_pool=train.pool(cfg.captions), hard_negatives=hard, negative_kinds=tuple(cfg.negative_kinds))
 
 
 def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transform, scenes: dict[int, Scene],

@@ -356,9 +356,10 @@ def pair_terms(pair_text: torch.Tensor, role_logits: torch.Tensor, batch: dict, 
     return loss, parts
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TextStagePlan:
-    """train_clip's text-stage settings (its `text_*` keys), as the phases read them."""
+    """train_clip's text-stage settings (its `text_*` keys), as the phases read them; built by name,
+    since several fields share a type and a swapped pair would still run."""
 
     roles_epochs: int
     pairs_epochs: int
