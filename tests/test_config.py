@@ -142,7 +142,7 @@ def shipped_config_kinds() -> dict[Path, type]:
     kinds = {"ablate_alpha.yaml": SweepConfig, "world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig,
              "features_patches.yaml": ExtractConfig, "world_clip.yaml": TrainClipConfig,
              "world_specs.yaml": TrainSpecsConfig, "world_lclip.yaml": DistillConfig,
-             "world_lclip_relations.yaml": DistillConfig,
+             "world_lclip_relations.yaml": DistillConfig, "world_clip_cells.yaml": TrainClipConfig,
              "scoring_world.yaml": ScoreConfig}
     return {path: kinds.get(path.name, TrainConfig) for path in sorted((ROOT / "configs").rglob("*.yaml"))}
 
