@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+import yaml
 
 from plumbing.config import dump_config, load_config, read_yaml
 from plumbing.errors import ConfigError
@@ -142,9 +143,13 @@ def shipped_config_kinds() -> dict[Path, type]:
     kinds = {"ablate_alpha.yaml": SweepConfig, "world.yaml": WorldConfig, "prepro_world.yaml": PreproConfig,
              "features_patches.yaml": ExtractConfig, "world_clip.yaml": TrainClipConfig,
              "world_specs.yaml": TrainSpecsConfig, "world_lclip.yaml": DistillConfig,
-             "world_lclip_relations.yaml": DistillConfig, "world_clip_cells.yaml": TrainClipConfig,
              "scoring_world.yaml": ScoreConfig}
-    return {path: kinds.get(path.name, TrainConfig) for path in sorted((ROOT / "configs").rglob("*.yaml"))}
+
+    def kind(path: Path) -> type:  # a config that inherits fills its base's class
+        base = yaml.safe_load(path.read_text()).get("inherit")
+        return kind(path.parent / base) if base else kinds.get(path.name, TrainConfig)
+
+    return {path: kind(path) for path in sorted((ROOT / "configs").rglob("*.yaml"))}
 
 
 def test_the_world_configs_and_the_commands_name_one_world_clip_arch():
