@@ -27,7 +27,7 @@ python -m features.extract --config configs/features_patches.yaml --dataset "$OU
   --images-root "$OUT/world" --out "$OUT/feats/patches.h5"
 finish "features"
 
-stage "world CLIP (ResNet tower: 20 epochs on the scene graphs, 10 contrastive with world hard negatives, present shapes' nouns and size phrases, the background and count labels kept, then the text stage: 2 + 3 + 8 epochs reading relations, sizes, places and the background) -> $OUT/reward_models/world_clip.safetensors"
+stage "world CLIP (ResNet tower: 20 epochs on the scene graphs and its feature map's places, 10 contrastive with world hard negatives, present shapes' nouns and size phrases, the background, count and grid-cell labels kept, then the text stage: 2 + 3 + 8 epochs reading relations, sizes, places and the background) -> $OUT/reward_models/world_clip.safetensors"
 python -m rewards.train_clip --config configs/reward_models/world_clip.yaml
 finish "world-clip"
 
@@ -37,7 +37,7 @@ python -m features.extract --backbone open_clip:world-clip-rn16-e256-h4 \
   --images-root "$OUT/world" --embeds-out "$OUT/embeds/clip.h5"
 finish "embeds"
 
-stage "SPECS (world CLIP stretched to 248 positions + specificity fine-tuning) -> $OUT/reward_models/world_specs.pt"
+stage "SPECS (world CLIP stretched to 248 positions + specificity fine-tuning of its text tower) -> $OUT/reward_models/world_specs.pt"
 python -m rewards.train_specs --config configs/reward_models/world_specs.yaml
 python -m features.extract --backbone longclip --pretrained "$OUT/reward_models/world_specs.pt" \
   --dataset "$OUT/world/dataset.json" --images-root "$OUT/world" --embeds-out "$OUT/embeds/specs.h5"

@@ -177,6 +177,32 @@ def test_specs_starts_from_a_world_clip_with_its_text_heads(tmp_path):
         assert torch.allclose(start.encode_text(tokens), clip.encode_text(tokens), atol=1e-5)
 
 
+def test_specs_can_keep_the_starting_image_tower(tiny_world, tmp_path):
+    """lock_image_tower trains the text tower only: the ResNet tower, its batch norms' running statistics
+    included, comes out as it went in, while the text tower moves (and unlocked the image tower moves too,
+    so the check can fail)."""
+    torch.manual_seed(0)
+    clip = load_open_clip(WORLD_CLIP_ARCH).model.eval()
+    save_file({k: v.contiguous() for k, v in clip.state_dict().items()}, str(tmp_path / "clip.safetensors"))
+    settings = dict(init=str(tmp_path / "clip.safetensors"), arch=WORLD_CLIP_ARCH,
+                    dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world), epochs=1, batch_size=8,
+                    lr=1e-3, warmup_steps=0, workers=0,
+                    start_out=str(tmp_path / "start.pt"))
+
+    def trained(name: str, lock: bool) -> dict[str, torch.Tensor]:
+        cfg = TrainSpecsConfig(**settings, out=str(tmp_path / name), lock_image_tower=lock)
+        specs_recipe.train_specs(cfg, progress=False)
+        return torch.load(tmp_path / name, weights_only=True)
+
+    locked, unlocked = trained("locked.pt", True), trained("unlocked.pt", False)
+    start = torch.load(tmp_path / "start.pt", weights_only=True)
+    image = [k for k in start if k.startswith("visual.")]
+    assert any("running_mean" in k for k in image)
+    assert all(torch.equal(locked[k], start[k]) for k in image)
+    assert not all(torch.equal(locked[k], start[k]) for k in start if k not in image)
+    assert not all(torch.equal(unlocked[k], start[k]) for k in image if "running_mean" in k)
+
+
 def test_distill_round_trips_and_shrinks(tiny_world, teacher_file, tmp_path):
     out = tmp_path / "lclip.ckpt"
     settings = dict(teacher=str(teacher_file), dataset=str(tiny_world / "dataset.json"), images_root=str(tiny_world),

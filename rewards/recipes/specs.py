@@ -50,7 +50,7 @@ from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels,
 from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.specificity import detail_units_of, join_units, negative_unit, scene_negative_filter
-from rewards.recipes.training import finished_summary, save_pt
+from rewards.recipes.training import finished_summary, lock, save_pt
 
 TRIPLET = 4  # texts 0-3 of an image: caption, c_j, c_j + d+, c_j + d-; hard negatives follow
 
@@ -78,6 +78,8 @@ class TrainSpecsConfig(RecipeConfig):
     edited_negatives: float = option(0.0, help="share of negative triplets whose d- is the true next unit with one "
                                      "fact changed (false of the scene, the world parser says; needs scenes) "
                                      "instead of another image's unit; 0: the paper's", at_least=0, at_most=1)
+    lock_image_tower: bool = option(False, help="train the text tower and the temperature only, against the starting "
+                                    "model's image tower kept as it is (its batch norms' statistics too)")
 
 
 def dynamic_margin_hinge(bigger: torch.Tensor, smaller: torch.Tensor, max_margin: float) -> tuple[torch.Tensor, float]:
@@ -119,6 +121,8 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
         return done
     run = RecipeRun(cfg, cfg.out, Path(cfg.out).with_suffix(".log.jsonl"), progress)
     model = starting_model(cfg)
+    if cfg.lock_image_tower:
+        lock(model.visual)
     if cfg.start_out and run.is_main:
         save_pt(longclip_state(model), cfg.start_out)
     transform = image_transform(model.visual.image_size, is_train=False)
