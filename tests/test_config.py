@@ -7,7 +7,7 @@ from typing import Literal
 import pytest
 import yaml
 
-from plumbing.config import dump_config, load_config, read_yaml
+from plumbing.config import INHERIT_KEY, dump_config, load_config, read_yaml
 from plumbing.errors import ConfigError
 
 
@@ -146,7 +146,7 @@ def shipped_config_kinds() -> dict[Path, type]:
              "scoring_world.yaml": ScoreConfig}
 
     def kind(path: Path) -> type:  # a config that inherits fills its base's class
-        base = yaml.safe_load(path.read_text()).get("inherit")
+        base = yaml.safe_load(path.read_text()).get(INHERIT_KEY)
         return kind(path.parent / base) if base else kinds.get(path.name, TrainConfig)
 
     return {path: kind(path) for path in sorted((ROOT / "configs").rglob("*.yaml"))}
