@@ -28,8 +28,10 @@ from rewards.recipes import feature_hints, specificity
 from rewards.recipes import specs as specs_recipe
 from rewards.recipes.data import load_split
 from rewards.recipes.detail_units import DetailSegmenter, split_scores
+from rewards.recipes.loop import PairEncoder
 from rewards.recipes.specificity import sample_triplets, shuffle_tokens
 from rewards.recipes.specs import TrainSpecsConfig, dynamic_margin_hinge, specs_loss
+from rewards.recipes.training import lock, unlock
 from tests.captioner_fixtures import launch_two_processes
 from tests.clip_fixtures import save_open_clip
 
@@ -201,6 +203,27 @@ def test_specs_can_keep_the_starting_image_tower(tiny_world, tmp_path):
     assert all(torch.equal(locked[k], start[k]) for k in image)
     assert not all(torch.equal(locked[k], start[k]) for k in start if k not in image)
     assert not all(torch.equal(unlocked[k], start[k]) for k in image if "running_mean" in k)
+
+
+def test_a_locked_tower_embeds_in_training_as_it_scores():
+    """While the rest trains, a locked ResNet tower stays in eval mode, so its batch norms read their
+    running statistics: a training step sees the embedding a scorer sees, whatever else is in the
+    batch. Unlocked, training mode returns (batch statistics: the check can fail)."""
+    torch.manual_seed(0)
+    clip = load_open_clip(WORLD_CLIP_ARCH).model.eval()
+    images = torch.randn(4, 3, clip.visual.image_size, clip.visual.image_size)
+    with torch.no_grad():
+        scored = clip.encode_image(images)
+        pair = PairEncoder.of_clip(clip)
+        lock(clip.visual)
+        pair.train()
+        assert clip.transformer.training and not clip.visual.training
+        assert torch.allclose(pair(images, None).image, scored, atol=1e-5)
+        assert torch.allclose(pair(images[:2], None).image, scored[:2], atol=1e-5)
+        unlock(clip.visual)
+        pair.train()
+        assert clip.visual.training
+        assert not torch.allclose(pair(images, None).image, scored, atol=1e-3)
 
 
 def test_distill_round_trips_and_shrinks(tiny_world, teacher_file, tmp_path):

@@ -39,10 +39,16 @@ def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None
     return {**summary, "skipped": True}
 
 
+LOCKED = "rlcap_locked"  # the attribute `lock` sets on a tower; PairEncoder keeps such towers in eval mode
+
+
 def lock(tower: torch.nn.Module) -> None:
     """No gradients, and batch norms that stop tracking (their running statistics and batch count
-    stay, and eval still uses them): the tower comes out of training exactly as it went in."""
+    stay): the tower comes out of training exactly as it went in. It is put in eval mode, and the
+    recipes' PairEncoder keeps it there, so what trains beside it sees the embeddings a scorer sees
+    (batch norms on their running statistics, not each batch's)."""
     _set_trainable(tower, False)
+    tower.eval()
 
 
 def unlock(tower: torch.nn.Module) -> None:
@@ -52,6 +58,7 @@ def unlock(tower: torch.nn.Module) -> None:
 
 def _set_trainable(tower: torch.nn.Module, trainable: bool) -> None:
     tower.requires_grad_(trainable)
+    setattr(tower, LOCKED, not trainable)
     for module in tower.modules():
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
             module.track_running_stats = trainable
