@@ -79,7 +79,8 @@ class TrainSpecsConfig(RecipeConfig):
                                      "fact changed (false of the scene, the world parser says; needs scenes) "
                                      "instead of another image's unit; 0: the paper's", at_least=0, at_most=1)
     lock_image_tower: bool = option(False, help="train the text tower and the temperature only, against the starting "
-                                    "model's image tower kept as it is (its batch norms' statistics too)")
+                                    "model's image tower kept as it is and run as scoring runs it (eval mode: its "
+                                    "batch norms on their running statistics, which stay)")
 
 
 def dynamic_margin_hinge(bigger: torch.Tensor, smaller: torch.Tensor, max_margin: float) -> tuple[torch.Tensor, float]:
