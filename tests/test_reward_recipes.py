@@ -218,6 +218,8 @@ def test_a_locked_tower_embeds_in_training_as_it_scores():
         lock(clip.visual)
         pair.train()
         assert clip.transformer.training and not clip.visual.training
+        clip.visual.train(True)  # a helper restoring the mode it found cannot undo the lock
+        assert not clip.visual.training
         assert torch.allclose(pair(images, None).image, scored, atol=1e-5)
         assert torch.allclose(pair(images[:2], None).image, scored[:2], atol=1e-5)
         unlock(clip.visual)

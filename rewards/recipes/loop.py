@@ -36,7 +36,7 @@ from plumbing.locks import hold_lock, release_lock
 from plumbing.optim import adamw
 from plumbing.schedules import Schedule, lr_factor
 from rewards.recipes.data import raise_errors
-from rewards.recipes.training import LOCKED, param_groups, trim_log
+from rewards.recipes.training import param_groups, trim_log
 
 
 @dataclass
@@ -114,14 +114,6 @@ class PairEncoder(torch.nn.Module):
             text = self._texts(tokens)
         labels = self.image_head(image) if self.image_head is not None and image is not None else None
         return PairOutput(image, text, self.module.logit_scale, labels)
-
-    def train(self, mode: bool = True) -> PairEncoder:
-        """As Module.train, but a locked tower (rewards.recipes.training.lock) stays in eval mode."""
-        super().train(mode)
-        for module in self.modules():
-            if getattr(module, LOCKED, False):
-                module.eval()
-        return self
 
     def _texts(self, tokens: torch.Tensor) -> torch.Tensor:
         """Texts in groups of similar length, each trimmed to its longest: short references no longer

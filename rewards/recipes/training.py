@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from types import MethodType
 
 import torch
 
@@ -39,29 +40,24 @@ def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None
     return {**summary, "skipped": True}
 
 
-LOCKED = "rlcap_locked"  # the attribute `lock` sets on a tower; PairEncoder keeps such towers in eval mode
-
-
 def lock(tower: torch.nn.Module) -> None:
-    """No gradients, and batch norms that stop tracking (their running statistics and batch count
-    stay): the tower comes out of training exactly as it went in. It is put in eval mode, and the
-    recipes' PairEncoder keeps it there, so what trains beside it sees the embeddings a scorer sees
-    (batch norms on their running statistics, not each batch's)."""
-    _set_trainable(tower, False)
+    """No gradients, and eval mode held whoever calls `train()` (a loop's `model.train()`, a helper
+    restoring the mode it found): batch norms read their running statistics and keep them, so the
+    tower comes out of training exactly as it went in, and what trains beside it sees the embeddings
+    a scorer computes."""
+    tower.requires_grad_(False)
+    tower.train = MethodType(_held_in_eval, tower)  # an instance attribute: Module.train calls it on children
     tower.eval()
 
 
 def unlock(tower: torch.nn.Module) -> None:
-    """Undo `lock`: the tower trains again and its batch norms track their statistics."""
-    _set_trainable(tower, True)
+    """Undo `lock`: the tower trains again (in training mode from the next `train()` call)."""
+    tower.requires_grad_(True)
+    tower.__dict__.pop("train", None)
 
 
-def _set_trainable(tower: torch.nn.Module, trainable: bool) -> None:
-    tower.requires_grad_(trainable)
-    setattr(tower, LOCKED, not trainable)
-    for module in tower.modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            module.track_running_stats = trainable
+def _held_in_eval(tower: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
+    return torch.nn.Module.train(tower, False)
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
