@@ -4,8 +4,9 @@ Input formats (JSON lists; `references` may be omitted when --references gives t
 
   foil   {"image_id": 1, "caption": "...", "references": ["..."],
           "foils": [{"caption": "...", "kind": "shape"}, ...]}            (FOIL / OHD-Caps style)
-         optional "long_caption" on the item and its foils: scored as a second, "long" set (a foil
-         with only one of the two is scored in that set only)
+         optional "long_caption" on the item and its foils: scored as a second, "long" set (an item
+         or foil with only one of the two is scored in that set only; a note says how many items a
+         set leaves out)
   pairs  {"image_id": 1, "candidates": ["...", "..."], "references": ["..."],
           "preference": 0 or 1, "category": "HC"}                        (Pascal-50S style)
   human  {"image_id": 1, "candidate": "...", "references": ["..."],

@@ -98,6 +98,10 @@ def test_a_missing_data_file_is_named_before_any_model_loads(tmp_path, capsys):
 @pytest.mark.parametrize(("task", "entry", "needle"), [
     ("foil", {"image_id": 7, "caption": "x", "references": REFS, "foils": []}, "image id 7"),
     ("foil", {"image_id": 7, "caption": 3, "references": REFS, "foils": [{"caption": "y"}]}, "'caption' must be"),
+    ("foil", {"image_id": 7, "text": "x", "references": REFS, "foils": [{"caption": "y"}]},
+     "entry 0 (image id 7): needs 'caption'"),
+    ("foil", {"image_id": 7, "long_caption": "x", "references": REFS, "foils": [{"caption": "y"}]},
+     "no foil shares a field"),
     ("pairs", {"image_id": 8, "candidates": ["a"], "references": REFS, "preference": 0}, "two strings"),
     ("pairs", {"image_id": 8, "candidates": ["a", "b"], "references": REFS, "preference": 2}, "0 or 1"),
     ("human", {"image_id": 9, "candidate": "a", "references": REFS}, "ratings"),
@@ -165,6 +169,25 @@ def test_a_foil_of_one_length_is_scored_in_that_set_only(tmp_path):
     bad = [{**entries[0], "foils": [{"kind": "object", "text": "a red car"}]}]
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     assert meta_eval.main(["foil", "--data", str(tmp_path / "bad.json"), "--metrics", "bleu_4"]) == 2
+
+
+def test_items_of_one_length_are_scored_in_that_set_and_the_rest_is_counted(tmp_path, capsys):
+    both = {"image_id": 1, "caption": "a dog runs on the grass", "long_caption": "a brown dog runs on the grass",
+            "references": REFS, "foils": [{"kind": "place", "caption": "a dog runs in a kitchen",
+                                           "long_caption": "a brown dog runs in a kitchen"}]}
+    short_only = {"image_id": 2, "caption": "a dog plays outside", "references": REFS,
+                  "foils": [{"kind": "object", "caption": "a cat plays outside"}]}
+    long_only = {"image_id": 3, "long_caption": "a brown dog running in a park", "references": REFS,
+                 "foils": [{"kind": "object", "long_caption": "a brown cat running in a park"}]}
+    result = _run(tmp_path, "foil", [both, short_only, long_only])
+    assert set(result["short"]["cider"]) == {"place", "object", "all", "mean"}
+    assert set(result["long"]["cider"]) == {"place", "object", "all", "mean"}
+    err = capsys.readouterr().err
+    assert "1 of 3 entries have no 'long_caption'; the long set scores the other 2" in err
+    assert "1 of 3 entries have no 'caption'; the short set scores the other 2" in err
+    no_long_foils = {**both, "foils": [{"kind": "place", "caption": "a dog runs in a kitchen"}]}
+    assert set(_run(tmp_path, "foil", [no_long_foils, short_only])) == {"short"}
+    assert "no foil does; no long set" in capsys.readouterr().err
 
 
 def test_world_foils_name_an_image_without_a_scene(tiny_world, tmp_path, capsys):

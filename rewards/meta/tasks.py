@@ -3,6 +3,7 @@ human ratings (formats: `python -m rewards.meta_eval --help`). A tie counts one 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from plumbing.errors import DataError
@@ -41,32 +42,58 @@ def _refs(path, k: int, entry: dict, references: dict[int, list[str]] | None) ->
     return refs
 
 
+FOIL_SETS = (("caption", "short"), ("long_caption", "long"))
+
+
 def foil_accuracy(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
+    """Each set (short, long) scores the entries and foils that carry its field; an entry needs one of
+    the two. A set that only some entries carry is scored on those, with a note of how many it left out."""
+    for k, entry in enumerate(entries):
+        if not {"caption", "long_caption"} & set(entry):
+            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'caption' (or 'long_caption')")
     result = {}
-    for field, label in (("caption", "short"), ("long_caption", "long")):
-        if field == "long_caption" and not all("long_caption" in e for e in entries):
+    for field, label in FOIL_SETS:
+        rows, pairs = _foil_rows(path, entries, field, references)
+        if not pairs:
+            if rows:
+                print(f"foil: {path}: entries have {field!r} but no foil does; no {label} set", file=sys.stderr)
             continue
-        rows: list[tuple[int, str, list[str]]] = []
-        pairs: list[tuple[int, int, str]] = []  # (row of correct, row of foil, kind)
-        for k, entry in enumerate(entries):
-            refs = _refs(path, k, entry, references)
-            foils = entry.get("foils")
-            if not isinstance(foils, list) or not foils:
-                raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs a non-empty 'foils' list")
-            correct = len(rows)
-            rows.append((entry["image_id"], _text(path, k, entry, field), refs))
-            for j, foil in enumerate(foils):
-                if not isinstance(foil, dict) or not ({"caption", "long_caption"} & set(foil)):
-                    raise DataError(f"{path}: entry {k}: foils[{j}] must be an object with 'caption' "
-                                    "(or 'long_caption')")
-                if field not in foil:  # a foil of one length only: scored in that set
-                    continue
-                pairs.append((correct, len(rows), str(foil.get("kind", "foil"))))
-                rows.append((entry["image_id"], _text(f"{path} foils[{j}]", k, foil, field), refs))
+        carried = sum(field in e for e in entries)
+        if carried < len(entries):
+            print(f"foil: {path}: {len(entries) - carried} of {len(entries)} entries have no {field!r}; the "
+                  f"{label} set scores the other {carried}", file=sys.stderr)
         scores = suite.score_rows(*zip(*rows, strict=True))
         result[label] = _grouped({name: [(kind, win(values[a], values[b])) for a, b, kind in pairs]
                                   for name, values in scores.items()})
+    if not result:
+        raise DataError(f"{path}: no foil shares a field ('caption' or 'long_caption') with its entry")
     return result
+
+
+def _foil_rows(path, entries: list[dict], field: str, references
+               ) -> tuple[list[tuple[int, str, list[str]]], list[tuple[int, int, str]]]:
+    """One set's scored rows (image id, text, references) and its pairs (row of correct, row of foil, kind)."""
+    rows: list[tuple[int, str, list[str]]] = []
+    pairs: list[tuple[int, int, str]] = []
+    for k, entry in enumerate(entries):
+        refs = _refs(path, k, entry, references)
+        foils = entry.get("foils")
+        if not isinstance(foils, list) or not foils:
+            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs a non-empty 'foils' list")
+        for j, foil in enumerate(foils):
+            if not isinstance(foil, dict) or not ({"caption", "long_caption"} & set(foil)):
+                raise DataError(f"{path}: entry {k}: foils[{j}] must be an object with 'caption' "
+                                "(or 'long_caption')")
+        if field not in entry:
+            continue
+        correct = len(rows)
+        rows.append((entry["image_id"], _text(path, k, entry, field), refs))
+        for j, foil in enumerate(foils):
+            if field not in foil:  # a foil of one length only: scored in that set
+                continue
+            pairs.append((correct, len(rows), str(foil.get("kind", "foil"))))
+            rows.append((entry["image_id"], _text(f"{path} foils[{j}]", k, foil, field), refs))
+    return rows, pairs
 
 
 def pair_accuracy(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
