@@ -6,7 +6,7 @@ Input formats (JSON lists; `references` may be omitted when --references gives t
           "foils": [{"caption": "...", "kind": "shape"}, ...]}            (FOIL / OHD-Caps style)
          optional "long_caption" on the item and its foils: scored as a second, "long" set (an item
          or foil with only one of the two is scored in that set only; a note says how many items a
-         set leaves out)
+         set scores when it leaves some out)
   pairs  {"image_id": 1, "candidates": ["...", "..."], "references": ["..."],
           "preference": 0 or 1, "category": "HC"}                        (Pascal-50S style)
   human  {"image_id": 1, "candidate": "...", "references": ["..."],

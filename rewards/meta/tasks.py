@@ -53,15 +53,15 @@ def foil_accuracy(path, entries: list[dict], suite: MetricSuite, references=None
             raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'caption' (or 'long_caption')")
     result = {}
     for field, label in FOIL_SETS:
-        rows, pairs = _foil_rows(path, entries, field, references)
+        rows, pairs, scored = _foil_rows(path, entries, field, references)
         if not pairs:
-            if rows:
-                print(f"foil: {path}: entries have {field!r} but no foil does; no {label} set", file=sys.stderr)
+            if any(field in e for e in entries):
+                print(f"foil: {path}: entries have {field!r} but none of their foils does; no {label} set",
+                      file=sys.stderr)
             continue
-        carried = sum(field in e for e in entries)
-        if carried < len(entries):
-            print(f"foil: {path}: {len(entries) - carried} of {len(entries)} entries have no {field!r}; the "
-                  f"{label} set scores the other {carried}", file=sys.stderr)
+        if scored < len(entries):
+            print(f"foil: {path}: the {label} set scores {scored} of {len(entries)} entries (the others lack "
+                  f"{field!r} on the entry or on every foil)", file=sys.stderr)
         scores = suite.score_rows(*zip(*rows, strict=True))
         result[label] = _grouped({name: [(kind, win(values[a], values[b])) for a, b, kind in pairs]
                                   for name, values in scores.items()})
@@ -71,10 +71,12 @@ def foil_accuracy(path, entries: list[dict], suite: MetricSuite, references=None
 
 
 def _foil_rows(path, entries: list[dict], field: str, references
-               ) -> tuple[list[tuple[int, str, list[str]]], list[tuple[int, int, str]]]:
-    """One set's scored rows (image id, text, references) and its pairs (row of correct, row of foil, kind)."""
+               ) -> tuple[list[tuple[int, str, list[str]]], list[tuple[int, int, str]], int]:
+    """One set's scored rows (image id, text, references), its pairs (row of correct, row of foil, kind)
+    and how many entries it scores."""
     rows: list[tuple[int, str, list[str]]] = []
     pairs: list[tuple[int, int, str]] = []
+    scored = 0
     for k, entry in enumerate(entries):
         refs = _refs(path, k, entry, references)
         foils = entry.get("foils")
@@ -84,16 +86,16 @@ def _foil_rows(path, entries: list[dict], field: str, references
             if not isinstance(foil, dict) or not ({"caption", "long_caption"} & set(foil)):
                 raise DataError(f"{path}: entry {k}: foils[{j}] must be an object with 'caption' "
                                 "(or 'long_caption')")
-        if field not in entry:
+        own = [(j, foil) for j, foil in enumerate(foils) if field in foil]  # a foil of one length: that set only
+        if field not in entry or not own:
             continue
+        scored += 1
         correct = len(rows)
         rows.append((entry["image_id"], _text(path, k, entry, field), refs))
-        for j, foil in enumerate(foils):
-            if field not in foil:  # a foil of one length only: scored in that set
-                continue
+        for j, foil in own:
             pairs.append((correct, len(rows), str(foil.get("kind", "foil"))))
             rows.append((entry["image_id"], _text(f"{path} foils[{j}]", k, foil, field), refs))
-    return rows, pairs
+    return rows, pairs, scored
 
 
 def pair_accuracy(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
