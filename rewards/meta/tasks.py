@@ -43,17 +43,16 @@ def _refs(path, k: int, entry: dict, references: dict[int, list[str]] | None) ->
 
 
 FOIL_SETS = (("caption", "short"), ("long_caption", "long"))
+FOIL_FIELDS = {field for field, _ in FOIL_SETS}
 
 
 def foil_accuracy(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
     """Each set (short, long) scores the entries and foils that carry its field; an entry needs one of
-    the two. A set that only some entries carry is scored on those, with a note of how many it left out."""
-    for k, entry in enumerate(entries):
-        if not {"caption", "long_caption"} & set(entry):
-            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'caption' (or 'long_caption')")
+    the two. A set that only some entries carry is scored on those, with a note of how many it scores."""
+    checked = _checked_foils(path, entries, references)
     result = {}
     for field, label in FOIL_SETS:
-        rows, pairs, scored = _foil_rows(path, entries, field, references)
+        rows, pairs, scored = _foil_rows(path, checked, field)
         if not pairs:
             if any(field in e for e in entries):
                 print(f"foil: {path}: entries have {field!r} but none of their foils does; no {label} set",
@@ -70,23 +69,34 @@ def foil_accuracy(path, entries: list[dict], suite: MetricSuite, references=None
     return result
 
 
-def _foil_rows(path, entries: list[dict], field: str, references
+def _checked_foils(path, entries: list[dict], references) -> list[tuple[int, dict, list[str]]]:
+    """(k, entry, references) of every entry, each checked once for both sets: an entry has a caption of
+    some length, its references and a non-empty list of foils, each an object with a caption."""
+    checked = []
+    for k, entry in enumerate(entries):
+        if not FOIL_FIELDS & set(entry):
+            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'caption' (or 'long_caption')")
+        refs = _refs(path, k, entry, references)
+        foils = entry.get("foils")
+        if not isinstance(foils, list) or not foils:
+            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs a non-empty 'foils' list")
+        for j, foil in enumerate(foils):
+            if not isinstance(foil, dict) or not FOIL_FIELDS & set(foil):
+                raise DataError(f"{path}: entry {k}: foils[{j}] must be an object with 'caption' "
+                                "(or 'long_caption')")
+        checked.append((k, entry, refs))
+    return checked
+
+
+def _foil_rows(path, checked: list[tuple[int, dict, list[str]]], field: str
                ) -> tuple[list[tuple[int, str, list[str]]], list[tuple[int, int, str]], int]:
     """One set's scored rows (image id, text, references), its pairs (row of correct, row of foil, kind)
     and how many entries it scores."""
     rows: list[tuple[int, str, list[str]]] = []
     pairs: list[tuple[int, int, str]] = []
     scored = 0
-    for k, entry in enumerate(entries):
-        refs = _refs(path, k, entry, references)
-        foils = entry.get("foils")
-        if not isinstance(foils, list) or not foils:
-            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs a non-empty 'foils' list")
-        for j, foil in enumerate(foils):
-            if not isinstance(foil, dict) or not ({"caption", "long_caption"} & set(foil)):
-                raise DataError(f"{path}: entry {k}: foils[{j}] must be an object with 'caption' "
-                                "(or 'long_caption')")
-        own = [(j, foil) for j, foil in enumerate(foils) if field in foil]  # a foil of one length: that set only
+    for k, entry, refs in checked:
+        own = [(j, foil) for j, foil in enumerate(entry["foils"]) if field in foil]  # a foil of one length: its set
         if field not in entry or not own:
             continue
         scored += 1
