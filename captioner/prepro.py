@@ -27,6 +27,7 @@ import numpy as np
 from plumbing.atomic import atomic_path, write_json
 from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import dump_config, option, require_keys, to_dict
+from plumbing.errors import DataError
 from plumbing.karpathy import ImageEntry, load_dataset
 from plumbing.locks import hold_lock, release_lock
 from plumbing.ptb import ptb_tokenize
@@ -48,13 +49,22 @@ def tokenize_captions(entries: list[ImageEntry]) -> list[list[list[str]]]:
     return [[ptb_tokenize(raw).split() for raw in entry.raw_captions] for entry in entries]
 
 
-def build_vocab(entries: list[ImageEntry], tokens: list[list[list[str]]], min_count: int) -> list[str]:
-    """Words seen at least min_count times in the train split, most frequent first; UNK last."""
+def build_vocab(dataset: str, entries: list[ImageEntry], tokens: list[list[list[str]]], min_count: int) -> list[str]:
+    """Words seen at least min_count times in the train split, most frequent first; UNK last.
+    A dataset without train images, or whose train words all fall under min_count, is an error: the
+    model would learn to say UNK and CIDEr-D's document frequencies would be empty."""
     counts: Counter[str] = Counter(
         word for entry, caps in zip(entries, tokens, strict=True) if entry.split == "train"
         for cap in caps for word in cap
     )
+    if not any(entry.split == "train" for entry in entries):
+        raise DataError(f"{dataset}: no image has split 'train' (or 'restval'); the vocabulary and CIDEr-D's "
+                        "document frequencies come from the train split")
     words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+    if not words:
+        top = ", ".join(f"{w!r} {c}" for w, c in counts.most_common(3)) or "none: the captions have no words"
+        raise DataError(f"{dataset}: no train word is seen min_count={min_count} times (the most frequent: {top}); "
+                        "lower --min-count")
     return [*words, UNK]
 
 
@@ -113,7 +123,7 @@ def prepro(cfg: PreproConfig) -> Path:
     entries = load_dataset(cfg.dataset)
     tokens = tokenize_captions(entries)
     warn_empty_captions(cfg.dataset, entries, tokens)
-    vocab = build_vocab(entries, tokens, cfg.min_count)
+    vocab = build_vocab(cfg.dataset, entries, tokens, cfg.min_count)
     out = Path(cfg.out)
     hold_lock(out / ".lock", f"prepro output {out}")
     # The outputs change one by one from here: no manifest means no complete set until the end.

@@ -3,10 +3,10 @@ scalars and sample tables, and samples/epoch_<k>.json in COCO results format."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from plumbing.atomic import append_line, to_json, write_json
+from plumbing.jsonl import read_jsonl
 
 
 class RunLog:
@@ -44,7 +44,5 @@ class RunLog:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The run's epoch records; [] before its first epoch."""
+    return read_jsonl(run_dir / "metrics.jsonl")

@@ -48,9 +48,24 @@ def npz_feat_shape(path: Path) -> tuple[int, ...]:
         raise DataError(f"{path}: no 'feat' array in the .npz") from None
     except (OSError, zipfile.BadZipFile, ValueError) as exc:
         raise DataError(f"{path}: unreadable .npz: {exc}") from None
-    if len(shape) != 2:
-        raise DataError(f"{path}: 'feat' must be [regions, dim], got shape {shape}")
+    if len(shape) != 2 or 0 in shape:
+        raise DataError(f"{path}: 'feat' must be [regions, dim] with at least one region, got shape {shape}")
     return shape
+
+
+def check_one_dim(paths: list[Path], shapes: list[tuple[int, ...]]) -> int:
+    """The feature size every file shares; the first file that differs is named before anything is written."""
+    dim = shapes[0][1]
+    for path, shape in zip(paths, shapes, strict=True):
+        if shape[1] != dim:
+            raise DataError(f"{path}: feature dim {shape[1]}, but {paths[0].name} has {dim}")
+    return dim
+
+
+def finite(path: Path, array: np.ndarray) -> np.ndarray:
+    if not np.isfinite(array).all():
+        raise DataError(f"{path}: {int((~np.isfinite(array)).sum())} non-finite value(s) (NaN or inf)")
+    return array
 
 
 def image_ids_from(cfg: ImportConfig) -> list[int]:
@@ -66,25 +81,36 @@ def image_ids_from(cfg: ImportConfig) -> list[int]:
     return sorted(ids)
 
 
-def read_one(cfg: ImportConfig, image_id: int, regions: int, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_one(cfg: ImportConfig, image_id: int, regions: int, fc_dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     path = Path(cfg.att_dir) / f"{image_id}.npz"
-    with np.load(path) as npz:
-        feat = np.asarray(npz["feat"], dtype=np.float32)
-    if feat.shape[1] != dim:
-        raise DataError(f"{path}: image id {image_id} has feature dim {feat.shape[1]}, others {dim}")
-    att = np.zeros((regions, dim), dtype=np.float32)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            feat = finite(path, np.asarray(npz["feat"], dtype=np.float32))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: unreadable 'feat': {exc}") from None
+    att = np.zeros((regions, feat.shape[1]), dtype=np.float32)
     att[: len(feat)] = feat
     mask = np.zeros(regions, dtype=bool)
     mask[: len(feat)] = True
-    fc = _read_fc(cfg, image_id) if cfg.fc_dir else feat.mean(axis=0)
+    fc = _read_fc(cfg, image_id, fc_dim) if cfg.fc_dir else feat.mean(axis=0)
     return att, mask, fc
 
 
-def _read_fc(cfg: ImportConfig, image_id: int) -> np.ndarray:
+def _read_fc(cfg: ImportConfig, image_id: int, dim: int | None = None) -> np.ndarray:
+    """One pooled feature [D]; with `dim`, one of that size (the first file's)."""
     path = Path(cfg.fc_dir) / f"{image_id}.npy"
     if not path.is_file():
         raise DataError(f"image id {image_id}: pooled feature {path} not found")
-    return np.asarray(np.load(path, allow_pickle=False), dtype=np.float32).reshape(-1)
+    try:
+        fc = np.asarray(np.load(path, allow_pickle=False), dtype=np.float32)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: unreadable .npy: {exc}") from None
+    if fc.size == 0 or fc.size != max(fc.shape, default=0):
+        raise DataError(f"{path}: a pooled feature must be one vector [D], got shape {fc.shape}")
+    fc = fc.reshape(-1)
+    if dim is not None and len(fc) != dim:
+        raise DataError(f"{path}: pooled feature size {len(fc)}, but the first image's has {dim}")
+    return finite(path, fc)
 
 
 def import_npz(cfg: ImportConfig, progress: bool = True) -> Path:
@@ -96,7 +122,7 @@ def import_npz(cfg: ImportConfig, progress: bool = True) -> Path:
     if missing:
         raise DataError(f"{cfg.att_dir}: no .npz for {len(missing)} image id(s), e.g. {missing[:5]}")
     shapes = [npz_feat_shape(p) for p in tqdm(paths, desc="scan", unit="file", disable=not progress)]
-    regions, dim = max(s[0] for s in shapes), shapes[0][1]
+    regions, dim = max(s[0] for s in shapes), check_one_dim(paths, shapes)
     fc_dim = _read_fc(cfg, ids[0]).shape[0] if cfg.fc_dir else dim
     digest = hashlib.sha256(json.dumps([[p.name, p.stat().st_size] for p in paths]).encode()).hexdigest()[:16]
     writer = FeatureWriter(cfg.out, {"att": ((regions, dim), cfg.dtype), "att_mask": ((regions,), "bool"),
@@ -107,7 +133,7 @@ def import_npz(cfg: ImportConfig, progress: bool = True) -> Path:
         todo = [i for i in ids if i not in done]
         for start in tqdm(range(0, len(todo), BATCH), desc="import", unit="batch", disable=not progress):
             batch = todo[start:start + BATCH]
-            rows = [read_one(cfg, i, regions, dim) for i in batch]
+            rows = [read_one(cfg, i, regions, fc_dim) for i in batch]
             writer.append(batch, {"att": np.stack([r[0] for r in rows]).astype(cfg.dtype),
                                   "att_mask": np.stack([r[1] for r in rows]),
                                   "fc": np.stack([r[2] for r in rows]).astype(cfg.dtype)})

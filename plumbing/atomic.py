@@ -67,12 +67,33 @@ def write_json(path: str | os.PathLike, obj: Any, indent: int | None = None) -> 
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:
-    """Append one line and flush it to disk (logs such as metrics.jsonl)."""
+    """Append one line and flush it to disk (JSON-lines logs such as metrics.jsonl). A last line
+    cut short by an interrupted append (no newline, not JSON) is dropped first, so the new line
+    stands alone; a whole record that only lacks its newline is kept."""
     data = (line.rstrip("\n") + "\n").encode("utf-8")
-    with _disk_full_names(path, len(data)), open(path, "ab") as fh:
+    with _disk_full_names(path, len(data)), open(path, "ab+") as fh:
+        _drop_torn_tail(fh)
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _drop_torn_tail(fh) -> None:
+    size = fh.seek(0, os.SEEK_END)
+    if size == 0:
+        return
+    fh.seek(size - 1)
+    if fh.read(1) == b"\n":
+        return
+    fh.seek(0)  # only after a crash: reading the whole log is fine
+    content = fh.read()
+    cut = content.rfind(b"\n") + 1
+    try:
+        json.loads(content[cut:])
+    except ValueError:
+        fh.truncate(cut)
+    else:
+        fh.write(b"\n")
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import h5py
@@ -181,3 +182,32 @@ def test_import_reference_npz_layout(tmp_path):
         {"cocoid": i, "split": "val", "filename": f"{i}.jpg", "sentences": [{"raw": "x"}]} for i in feats]}))
     with pytest.raises(DataError, match=r"no \.npz for 1 image id\(s\), e.g. \[184613\]"):
         import_npz(ImportConfig(att_dir=str(att_dir), dataset=str(dataset), out=str(tmp_path / "g.h5")), progress=False)
+
+
+NPZ_FAULTS = {
+    "another feature size": (lambda d: np.savez(d / "att" / "2.npz", feat=np.ones((3, 5))), "2.npz: feature dim 5"),
+    "no regions": (lambda d: np.savez(d / "att" / "2.npz", feat=np.ones((0, 4))), "at least one region"),
+    "NaN in a region": (lambda d: np.savez(d / "att" / "2.npz", feat=np.full((3, 4), np.nan)),
+                        "2.npz: 12 non-finite value(s)"),
+    "pooled of another size": (lambda d: np.save(d / "fc" / "2.npy", np.ones(5)), "2.npy: pooled feature size 5"),
+    "pooled as a matrix": (lambda d: np.save(d / "fc" / "2.npy", np.ones((2, 4))), "2.npy: a pooled feature must"),
+    "pooled as a pickle": (lambda d: np.save(d / "fc" / "2.npy", np.array([{}], dtype=object)), "2.npy: unreadable"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(NPZ_FAULTS))
+def test_import_npz_names_the_file_at_fault_and_writes_no_features(fault, tmp_path):
+    """Each fault in one image's files is a DataError naming that file, found before a feats.h5 is finished."""
+    (tmp_path / "att").mkdir()
+    (tmp_path / "fc").mkdir()
+    for image_id in (1, 2, 3):
+        np.savez(tmp_path / "att" / f"{image_id}.npz", feat=np.ones((3, 4)))
+        np.save(tmp_path / "fc" / f"{image_id}.npy", np.ones(4))
+    np.save(tmp_path / "fc" / "1.npy", np.ones((1, 4)))  # a [1, D] vector is one vector
+    make_fault, needle = NPZ_FAULTS[fault]
+    make_fault(tmp_path)
+    out = tmp_path / "f.h5"
+    with pytest.raises(DataError, match=re.escape(needle)):
+        import_npz(ImportConfig(att_dir=str(tmp_path / "att"), fc_dir=str(tmp_path / "fc"), out=str(out)),
+                   progress=False)
+    assert not out.exists()

@@ -414,3 +414,34 @@ def test_a_clip_run_killed_between_its_log_and_its_state_logs_each_epoch_once(ti
     assert train_clip.main(args) == 0
     epochs = [json.loads(line)["epoch"] for line in (tmp_path / "c.metrics.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3]
+
+
+def test_a_log_line_cut_short_is_left_out_and_the_next_append_stands_alone(tmp_path, capsys):
+    """An append cut short (no newline, not JSON) is no record: readers leave it out with a note, the
+    next append drops it; a whole record that only lacks its newline is kept; any other bad line is
+    an error naming the file and the line."""
+    from captioner import select as select_cli
+    from plumbing.atomic import append_line
+    from plumbing.jsonl import read_jsonl
+
+    log = tmp_path / "run" / "metrics.jsonl"
+    log.parent.mkdir()
+    append_line(log, '{"epoch": 0, "cider": 0.5}')
+    with open(log, "ab") as fh:
+        fh.write(b'{"epoch": 1, "cid')
+    assert read_jsonl(log) == [{"epoch": 0, "cider": 0.5}]
+    assert "metrics.jsonl: line 2 was cut short" in capsys.readouterr().err
+    assert select_cli.main(["--run", str(log.parent), "--by", "cider"]) == 0
+    append_line(log, '{"epoch": 1, "cider": 0.7}')
+    with open(log, "ab") as fh:
+        fh.write(b'{"epoch": 2, "cider": 0.6}')
+    append_line(log, '{"epoch": 3, "cider": 0.4}')
+    assert [r["epoch"] for r in read_jsonl(log)] == [0, 1, 2, 3]
+    assert log.read_text().count("\n") == 4
+    for bad, needle in (('{"epoch": 4, "cider": NaN}', "line 5 is not valid JSON"),
+                        ("[4, 0.4]", "line 5 must be a JSON object, got list")):
+        text = log.read_text()
+        log.write_text(text + bad + "\n" + '{"epoch": 5}\n')
+        assert select_cli.main(["--run", str(log.parent), "--by", "cider"]) == 2
+        assert f"{log}: {needle}" in capsys.readouterr().err
+        log.write_text(text)

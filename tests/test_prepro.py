@@ -72,6 +72,10 @@ BAD_DATASETS = {
                   "image id 3: 'split'"),
     "no_id": ('{"images": [{"split": "train", "filename": "a.png", "sentences": [{"raw": "x"}]}]}',
               "images[0]: needs an integer"),
+    "no_train": ('{"images": [{"imgid": 1, "split": "val", "filename": "a.png", "sentences": [{"raw": "a dog"}]}]}',
+                 "no image has split 'train'"),
+    "rare_words": ('{"images": [{"imgid": 1, "split": "train", "filename": "a.png", "sentences": [{"raw": "a dog"}]}]}',
+                   "no train word is seen min_count=5 times (the most frequent: 'a' 1, 'dog' 1)"),
 }
 
 

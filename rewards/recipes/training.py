@@ -11,8 +11,9 @@ from types import MethodType
 
 import torch
 
-from plumbing.atomic import atomic_path, write_text
+from plumbing.atomic import atomic_path, to_json, write_text
 from plumbing.errors import ConfigError
+from plumbing.jsonl import read_jsonl
 
 # Settings that do not change the weights: a finished output stays valid when only these differ.
 RUNTIME_KEYS = frozenset({"workers", "image_cache_mb", "device", "max_val_images", "eval_every", "allow_outside_root"})
@@ -76,12 +77,11 @@ def trim_log(path: Path, epochs_done: int, stage: str | None = None) -> None:
     stage's lines are trimmed."""
     if not path.exists():
         return
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    records = [json.loads(line) for line in lines]
-    kept = [line for line, r in zip(lines, records, strict=True)
+    records = read_jsonl(path)
+    kept = [r for r in records
             if (stage is not None and r.get("stage") != stage) or r.get("epoch", 0) <= epochs_done]
-    if len(kept) != len(lines):
-        write_text(path, "".join(line + "\n" for line in kept))
+    if len(kept) != len(records) or not path.read_bytes().endswith(b"\n"):
+        write_text(path, "".join(to_json(r) + "\n" for r in kept))
 
 
 def save_weights(model: torch.nn.Module, out: str | Path, state: dict | None = None) -> None:
