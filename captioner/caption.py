@@ -26,7 +26,7 @@ from captioner.decoding import Constraints, DecodeConfig, decode
 from captioner.inference import load_captioner
 from captioner.plots import contact_sheet
 from features.backbones import make_backbone
-from features.images import ImageFiles, file_image_ids, image_files
+from features.images import ImageFiles, file_image_ids, file_numbers, image_files
 from plumbing.atomic import write_json, write_text
 from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import option, require_keys
@@ -80,7 +80,7 @@ def caption_files(cfg: CaptionConfig, progress: bool = True) -> tuple[dict[Path,
     model.to(device)
     constraints = Constraints.of(cfg.decode, vocab)
     rows = list(range(len(files)))
-    loader = DataLoader(ImageFiles([str(f) for f in files], rows, rows, backbone.transform),
+    loader = DataLoader(ImageFiles([str(f) for f in files], None, rows, backbone.transform),
                         batch_size=cfg.batch_size, num_workers=cfg.workers, collate_fn=_keep_errors)
     captions, skipped = {}, {}
     for rows, images, errors in tqdm(loader, desc="caption", unit="batch", disable=not progress):
@@ -126,12 +126,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg, _ = parse_config(CaptionConfig, parser, argv)
     require_keys(cfg, ("checkpoint", "images", "out"), "caption")
     captions, skipped = caption_files(cfg)
-    for path, why in skipped.items():
-        print(f"skipped {path}: {why}", file=sys.stderr)
+    for why in skipped.values():
+        print(f"skipped: {why}", file=sys.stderr)
     if not captions:
         raise DataError(f"none of the {len(skipped)} file(s) in {', '.join(cfg.images)} is a readable image")
     files = list(captions)
     ids = dict(zip(files, file_image_ids(files), strict=True))
+    if list(ids.values()) != [file_numbers(files).get(f) for f in files]:
+        print("note: the file names do not each carry a number of their own: image ids are the files' positions "
+              "(file_name in the results names each file)", file=sys.stderr)
     rows = [{"image_id": ids[f], "caption": text, "file_name": f.name} for f in files for text in captions[f]]
     out = results_path(cfg)
     # the COCO test server takes exactly image_id and caption

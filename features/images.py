@@ -72,9 +72,10 @@ def to_rgb(img: Image.Image) -> Image.Image:
 
 class ImageFiles(Dataset):
     """Yields (row, tensor, error). Decoding errors come back as data, so that the main process
-    can raise one clear DataError naming the image instead of a wrapped worker traceback."""
+    can raise one clear DataError naming the image instead of a wrapped worker traceback. Without
+    `ids` (files that are not a dataset's images) the error names the file alone."""
 
-    def __init__(self, paths: list[str], ids: list[int], rows: list[int], transform: Callable):
+    def __init__(self, paths: list[str], ids: list[int] | None, rows: list[int], transform: Callable):
         self.paths, self.ids, self.rows, self.transform = paths, ids, rows, transform
 
     def __len__(self) -> int:
@@ -85,7 +86,8 @@ class ImageFiles(Dataset):
         try:
             return row, self.transform(open_rgb(self.paths[row])), ""
         except IMAGE_ERRORS as exc:
-            return row, None, f"image id {self.ids[row]}: cannot read {self.paths[row]}: {exc}"
+            named = f"image id {self.ids[row]}: " if self.ids is not None else ""
+            return row, None, f"{named}cannot read {self.paths[row]}: {exc}"
 
 
 def collate(batch: list[tuple[int, torch.Tensor | None, str]]) -> tuple[list[int], torch.Tensor | None, list[str]]:
@@ -112,11 +114,17 @@ def image_files(sources: list[str]) -> list[Path]:
     return files
 
 
+def file_numbers(files: list[Path]) -> dict[Path, int]:
+    """The COCO-style id in each file name that has one: its last number
+    (COCO_val2014_000000000042.jpg -> 42, world_000012.png -> 12)."""
+    numbers = {f: re.findall(r"\d+", f.stem) for f in files}
+    return {f: int(found[-1]) for f, found in numbers.items() if found}
+
+
 def file_image_ids(files: list[Path]) -> list[int]:
-    """COCO-style ids: the last number in each file name (COCO_val2014_000000000042.jpg -> 42,
-    world_000012.png -> 12), or the file's position when names carry no unique number."""
-    numbers = [re.findall(r"\d+", f.stem) for f in files]
-    ids = [int(n[-1]) if n else -1 for n in numbers]
-    if min(ids, default=0) < 0 or len(set(ids)) != len(ids):
-        return list(range(len(files)))
-    return ids
+    """Each file's id from its name (`file_numbers`), or, when some name carries no number or two
+    carry the same one, every file's position in the list."""
+    numbers = file_numbers(files)
+    if len(numbers) == len(files) and len(set(numbers.values())) == len(files):
+        return [numbers[f] for f in files]
+    return list(range(len(files)))

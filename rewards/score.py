@@ -21,7 +21,7 @@ from pathlib import Path
 
 from features.clip_models.spec import RewardModelSpec
 from features.embed_cache import cached_embeddings, default_cache_dir
-from features.images import file_image_ids, image_files
+from features.images import file_numbers, image_files
 from plumbing.atomic import write_json
 from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import option, require_keys
@@ -72,8 +72,15 @@ def images_of(predictions_path: str, ids: list[int], sources: list[str]) -> dict
     by_name = {f.name: f for f in files}
     named = {e["image_id"]: e["file_name"] for e in read_json(predictions_path)
              if isinstance(e, dict) and isinstance(e.get("file_name"), str)}
-    by_id = dict(zip(file_image_ids(files), files, strict=True))
-    found = {i: by_name.get(Path(named[i]).name) if i in named else by_id.get(i) for i in ids}
+    by_id: dict[int, list[Path]] = {}
+    for file, number in file_numbers(files).items():  # files without a number (a README) are not images of ids
+        by_id.setdefault(number, []).append(file)
+    twice = {i: by_id[i] for i in ids if i not in named and len(by_id.get(i, [])) > 1}
+    if twice:
+        i, same = next(iter(twice.items()))
+        raise DataError(f"{predictions_path}: image id {i} matches {len(same)} files "
+                        f"({', '.join(str(f) for f in same)}); give each prediction its `file_name`")
+    found = {i: by_name.get(Path(named[i]).name) if i in named else by_id.get(i, [None])[0] for i in ids}
     missing = [i for i, f in found.items() if f is None]
     if missing:
         raise DataError(f"{predictions_path}: no image in {', '.join(sources)} for {len(missing)} prediction(s), "

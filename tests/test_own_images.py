@@ -124,3 +124,31 @@ def test_a_checkpoint_on_other_open_clip_weights_is_refused(tiny_world, tmp_path
     assert "fingerprint" in capsys.readouterr().err and not (tmp_path / "bad.json").exists()
     assert caption_cli.main([*args, "--out", str(tmp_path / "good.json"), "--pretrained", str(weights)]) == 0
     assert torch.tensor(len(json.loads((tmp_path / "good.json").read_text()))) == 64
+
+
+def test_predictions_find_their_images_by_the_number_in_the_name_beside_other_files(trained, tmp_path, capsys):
+    """A README or a file without a number in the image folder does not change which image an id
+    names (it did: every id fell back to a file position); two files with one id are an error naming both."""
+    predictions = tmp_path / "by_id.json"
+    predictions.write_text(json.dumps([{"image_id": im["imgid"], "caption": im["sentences"][0]["raw"]}
+                                       for im in trained["test"]]))
+    weights = save_open_clip(tmp_path / "clip.safetensors", seed=4)
+
+    def clip_s(folder) -> int:
+        return score_cli.main(["--predictions", str(predictions), "--images", str(folder), "--reward-model",
+                               f"clip=open_clip:{TINY_ARCH}:{weights}", "--embeds-cache", str(tmp_path / "cache"),
+                               "--metrics", "clip_s", "--out", str(tmp_path / "s.json"),
+                               "--save-per-instance", str(tmp_path / "per_item.json")])
+
+    assert clip_s(trained["folder"]) == 0
+    alone = json.loads((tmp_path / "per_item.json").read_text())
+    folder = tmp_path / "with_readme"
+    shutil.copytree(trained["folder"], folder)
+    (folder / "README.txt").write_text("the test images")
+    assert clip_s(folder) == 0
+    assert json.loads((tmp_path / "per_item.json").read_text()) == alone
+    first = sorted(folder.glob("world_*.png"))[0]
+    shutil.copy(first, folder / f"copy_of_{int(first.stem.split('_')[-1])}.png")
+    assert clip_s(folder) == 2
+    err = capsys.readouterr().err
+    assert f"image id {int(first.stem.split('_')[-1])} matches 2 files" in err and first.name in err
