@@ -34,6 +34,7 @@ from plumbing.atomic import write_json
 from plumbing.cli import EXIT_INTERRUPTED, command, config_parser, parse_config
 from plumbing.config import apply_overrides, build, dump_config, option, read_yaml, to_dict
 from plumbing.errors import ConfigError, RlcapError
+from rewards import available_rewards
 
 
 @dataclass
@@ -68,8 +69,21 @@ def check_sweep(cfg: SweepConfig) -> None:
         raise ConfigError(f"sweep config 'alphas' repeats a value: {cfg.alphas}")
     if cfg.reward_a == cfg.reward_b:
         raise ConfigError(f"reward_a and reward_b are both {cfg.reward_a!r}")
+    unknown = [name for name in (cfg.reward_a, cfg.reward_b) if name not in available_rewards()]
+    if unknown:
+        raise ConfigError(f"unknown reward {unknown[0]!r}; known rewards: {', '.join(available_rewards())}")
     if cfg.num_processes < 1:
         raise ConfigError("num_processes must be >= 1")
+
+
+def check_select_by(cfg: SweepConfig, start: dict) -> None:
+    """select_by is read at the very end: a metric the runs do not compute must stop the sweep before
+    hours of training, not after."""
+    numbers = {key for key, value in start.items() if isinstance(value, int | float) and not isinstance(value, bool)}
+    computed = sorted(numbers | {"train_loss", "val_loss"})
+    if cfg.select_by not in computed:
+        raise ConfigError(f"select_by {cfg.select_by!r} is not among the metrics the runs compute "
+                          f"(those of {cfg.base}): {', '.join(computed)}")
 
 
 def run_config(cfg: SweepConfig, alpha: float) -> TrainConfig:
@@ -169,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg, args = parse_config(SweepConfig, build_parser(), argv)
     check_sweep(cfg)
     start = sweep_start(cfg)
+    check_select_by(cfg, start)
     points = []
     for index, alpha in enumerate(cfg.alphas):
         if args.summary_only:

@@ -159,6 +159,13 @@ def test_bad_sweeps_name_what_is_wrong(sweep_setup, tmp_path, capsys):
     xe_base = tiny_config({}, tmp_path, name="xe_only")
     assert sweep_cli.main(["--config", str(sweep), "--set", f"base={xe_base}"]) == 2
     assert "a sweep runs SCST" in capsys.readouterr().err
+    # names the runs would only meet at the end (a reward at the first step, select_by at the summary)
+    fresh = ["--set", f"out_dir={tmp_path / 'fresh'}"]
+    assert sweep_cli.main(["--config", str(sweep), *fresh, "--set", "reward_a=clip_ss"]) == 2
+    assert "unknown reward 'clip_ss'; known rewards:" in capsys.readouterr().err
+    assert sweep_cli.main(["--config", str(sweep), *fresh, "--set", "select_by=meteorr"]) == 2
+    assert "select_by 'meteorr' is not among the metrics the runs compute" in capsys.readouterr().err
+    assert not list((tmp_path / "fresh").glob("*/alpha_*"))
     # a run folder trained with another mix is not resumed as this sweep's run
     other = tmp_path / "other" / "alpha_0.5"
     other.mkdir(parents=True)

@@ -41,7 +41,7 @@ class WorldConfig:
     val: int = option(500, help="number of val images", at_least=0)
     test: int = option(500, help="number of test images", at_least=0)
     seed: int = option(0, help="random seed; the same seed gives the same world, byte for byte")
-    image_size: int = option(64, help="image side in pixels", at_least=32)
+    image_size: int = option(64, help="image side in pixels (32-1024)", at_least=32, at_most=1024)
     max_objects: int = option(4, help="objects per scene, at most (1-4)", at_least=1, at_most=4)
     workers: int = option(2, help="rendering processes", at_least=0)
 
