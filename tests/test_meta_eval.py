@@ -88,6 +88,17 @@ def test_human_format_correlates(tmp_path):
     assert result["cider"]["tau_b"] > 0.5 and result["cider"]["items"] == 5
 
 
+def test_equal_ratings_give_no_correlation_not_a_crash(tmp_path, capsys):
+    """Constant ratings leave τ and r undefined: null in the JSON, n/a in the table (the JSON writer
+    refuses NaN, so this was an error after scoring)."""
+    entries = [{"image_id": 1, "candidate": c, "references": REFS, "rating": 3}
+               for c in ("a dog runs on the grass", "a brown dog", "a plate of food")]
+    result = _run(tmp_path, "human", entries)
+    assert result["cider"] == {"tau_b": None, "tau_c": None, "pearson": None, "items": 3}
+    assert "| cider | n/a | n/a | n/a |" in (tmp_path / "human.md").read_text()
+    assert "every caption has the same mean rating" in capsys.readouterr().err
+
+
 def test_a_missing_data_file_is_named_before_any_model_loads(tmp_path, capsys):
     missing = tmp_path / "none.json"
     code = meta_eval.main(["foil", "--data", str(missing), "--metrics", "clip_s",
@@ -104,9 +115,13 @@ def test_a_missing_data_file_is_named_before_any_model_loads(tmp_path, capsys):
      "no foil shares a field"),
     ("pairs", {"image_id": 8, "candidates": ["a"], "references": REFS, "preference": 0}, "two strings"),
     ("pairs", {"image_id": 8, "candidates": ["a", "b"], "references": REFS, "preference": 2}, "0 or 1"),
+    ("pairs", {"image_id": 8, "candidates": ["a", "b"], "references": REFS, "preference": True}, "got True"),
     ("human", {"image_id": 9, "candidate": "a", "references": REFS}, "ratings"),
     ("human", {"image_id": 9, "candidate": "a", "ratings": [1]}, "references"),
     ("human", {"image_id": "nine", "candidate": "a"}, "entry 0 needs an integer 'image_id'"),
+    ("human", {"image_id": 9, "candidate": "a", "references": REFS, "ratings": [True]}, "got [True]"),
+    ("human", {"image_id": 9, "candidate": "a", "references": REFS, "ratings": [float("nan")]}, "got [nan]"),
+    ("human", {"image_id": 9, "candidate": "a", "references": REFS, "rating": 3}, "at least two rated captions, got 1"),
 ])
 def test_malformed_entries_are_named(tmp_path, capsys, task, entry, needle):
     path = tmp_path / "bad.json"

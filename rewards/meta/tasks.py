@@ -3,6 +3,7 @@ human ratings (formats: `python -m rewards.meta_eval --help`). A tie counts one 
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -114,8 +115,9 @@ def pair_accuracy(path, entries: list[dict], suite: MetricSuite, references=None
         candidates, preference = entry.get("candidates"), entry.get("preference")
         if not (isinstance(candidates, list) and len(candidates) == 2 and all(isinstance(c, str) for c in candidates)):
             raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): 'candidates' must be two strings")
-        if preference not in (0, 1):
-            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): 'preference' must be 0 or 1")
+        if preference not in (0, 1) or isinstance(preference, bool):  # true/false would not say which candidate
+            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): 'preference' must be 0 or 1 "
+                            f"(the preferred candidate's index), got {preference!r}")
         refs = _refs(path, k, entry, references)
         rows += [(entry["image_id"], candidates[0], refs), (entry["image_id"], candidates[1], refs)]
         meta.append((preference, str(entry.get("category", "all"))))
@@ -125,16 +127,33 @@ def pair_accuracy(path, entries: list[dict], suite: MetricSuite, references=None
 
 
 def human_correlation(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
+    """τ_b, τ_c and r of each metric against the mean rating; None (null, "n/a") where a correlation is
+    undefined because the ratings, or the metric's values, are all equal."""
     rows, ratings = [], []
     for k, entry in enumerate(entries):
         values = entry.get("ratings", [entry["rating"]] if "rating" in entry else None)
-        if not isinstance(values, list) or not values or not all(isinstance(v, (int, float)) for v in values):
-            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'ratings' (numbers) or 'rating'")
+        if not isinstance(values, list) or not values or not all(_is_rating(v) for v in values):
+            raise DataError(f"{path}: entry {k} (image id {entry['image_id']}): needs 'ratings' (finite numbers) "
+                            f"or 'rating', got {values!r}")
         rows.append((entry["image_id"], _text(path, k, entry, "candidate"), _refs(path, k, entry, references)))
         ratings.append(sum(values) / len(values))
+    if len(rows) < 2:
+        raise DataError(f"{path}: a correlation needs at least two rated captions, got {len(rows)}")
+    if len(set(ratings)) == 1:
+        print(f"note: {path}: every caption has the same mean rating; no correlation is defined", file=sys.stderr)
     scores = suite.score_rows(*zip(*rows, strict=True))
-    return {name: {"tau_b": kendall_tau(values, ratings, "b"), "tau_c": kendall_tau(values, ratings, "c"),
-                   "pearson": pearson(values, ratings), "items": len(values)} for name, values in scores.items()}
+    return {name: {"tau_b": _defined(kendall_tau(values, ratings, "b")),
+                   "tau_c": _defined(kendall_tau(values, ratings, "c")),
+                   "pearson": _defined(pearson(values, ratings)), "items": len(values)}
+            for name, values in scores.items()}
+
+
+def _is_rating(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _defined(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 def _grouped(outcomes: dict[str, list[tuple[str, float]]]) -> dict:
@@ -143,5 +162,5 @@ def _grouped(outcomes: dict[str, list[tuple[str, float]]]) -> dict:
 
 def markdown(title: str, table: dict) -> str:
     columns = sorted({c for row in table.values() for c in row if c != "items"})
-    rows = [[name, *(f"{row.get(c, float('nan')):.3f}" for c in columns)] for name, row in table.items()]
+    rows = [[name, *("n/a" if row.get(c) is None else f"{row[c]:.3f}" for c in columns)] for name, row in table.items()]
     return f"### {title}\n\n" + format_table(["metric", *columns], rows, markdown=True) + "\n"
