@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from captioner.model import Captioner
 from captioner.vocab import Vocab
 from plumbing.config import option
+from plumbing.errors import ConfigError
 from plumbing.words import FUNCTION_WORDS
 
 
@@ -153,6 +154,9 @@ def sample(model: Captioner, att, fc, att_mask, k: int = 5, temperature: float =
 @torch.no_grad()
 def decode(model: Captioner, att, fc, att_mask, cfg: DecodeConfig, constraints: Constraints | None = None) -> Decoded:
     """The mode `cfg` asks for: sample_n samples per image, else beam search, else greedy."""
+    if cfg.beam_size > model.vocab_size + 1 and not cfg.sample_n:  # checked before the beams' memory is taken
+        raise ConfigError(f"beam size {cfg.beam_size} is more than the {model.vocab_size + 1} tokens a step can "
+                          "choose from (the vocabulary and EOS)")
     if cfg.sample_n:
         return sample(model, att, fc, att_mask, cfg.sample_n, cfg.temperature, top_p=cfg.top_p,
                       constraints=constraints)

@@ -214,8 +214,17 @@ def describe_error(exc: BaseException) -> str:
         return f"cannot read an image ({kind}: {one_line(exc)})"
     if isinstance(exc, MemoryError):
         return "out of memory; lower the batch size (--set ...batch_size=...) or the number of workers"
+    if _torch_out_of_memory(exc):
+        return (f"out of memory ({one_line(exc, 160)}); lower the batch size (--set ...batch_size=...), the beam "
+                "size or the number of workers")
     return (f"{kind}: {one_line(exc)} (this is not an error rlcap names; RLCAP_DEBUG=1 shows the traceback, "
             "please report it)")
+
+
+def _torch_out_of_memory(exc: BaseException) -> bool:
+    """torch's GPU OutOfMemoryError, or its CPU allocator's RuntimeError (no torch import down here)."""
+    return type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
 
 
 def _os_error(exc: OSError) -> str:

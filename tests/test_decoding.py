@@ -3,8 +3,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioner.decoding import beam_search, greedy, sample
+from captioner.decoding import DecodeConfig, beam_search, decode, greedy, sample
 from captioner.model import Captioner, ModelConfig
+from plumbing.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,13 @@ def test_beam_of_one_is_greedy_and_samples_share_the_encoder(model):
     with torch.no_grad():
         out = sample(model, att, fc, mask, k=4)
     assert out.tokens.shape == (16, 14)
+
+
+def test_a_beam_wider_than_the_vocabulary_is_a_config_error(model):
+    att, fc, mask = inputs(2)
+    assert decode(model, att, fc, mask, DecodeConfig(beam_size=26)).tokens.shape == (2, 14)  # 25 words and EOS
+    with pytest.raises(ConfigError, match="beam size 27 is more than the 26 tokens"):
+        decode(model, att, fc, mask, DecodeConfig(beam_size=27))
 
 
 def test_sampled_logprobs_are_the_policy_logprobs(model):

@@ -144,6 +144,8 @@ def _failing(exc: BaseException):
     (OSError(errno.EACCES, "Permission denied", "/root/x"), "permission denied: /root/x"),
     (Image.DecompressionBombError("Image size (2500000000 pixels) exceeds limit"), "too large to decode safely"),
     (ValueError("Expected a tensor\nwith more lines"), "ValueError: Expected a tensor with more lines"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+                  "tried to allocate 491520000000 bytes."), "out of memory ([enforce fail"),
 ])
 def test_every_fault_is_one_line_and_exit_2(exc, needle, capsys, monkeypatch):
     monkeypatch.delenv("RLCAP_DEBUG", raising=False)
