@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from collections import Counter
 
 import numpy as np
@@ -14,6 +15,7 @@ from features.world import lexicon
 from features.world.generate import WorldConfig, generate
 from features.world.parse import attribute_errors, contradictions, match_object, parse_caption
 from features.world.scene import Scene, WorldObject, dominant_relation, load_scenes, place_name, relations_between
+from plumbing.errors import DataError
 
 
 def load_world(root):
@@ -213,3 +215,24 @@ def test_parser_never_calls_a_true_caption_in_other_wording_false(tiny_world):
                 assert contradictions(parse_caption(text), scene) == [], (text, scene.objects)
                 checked += 1
     assert checked > 800
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    (lambda scene: scene["objects"][0].update(shape="blob"), "object 0: shape 'blob' is not one of"),
+    (lambda scene: scene["objects"][0].update(texture="furry"), "texture 'furry'"),
+    (lambda scene: scene["objects"][0].pop("color"), "'color'"),
+    (lambda scene: scene.update(background="plaid"), "background 'plaid'"),
+    (lambda scene: scene.update(objects="none"), "not a world scene"),
+    (lambda scene: scene.update(relations=[{"subject": 0, "relation": "inside", "object": 0}]), "unknown relation"),
+])
+def test_a_scene_the_world_cannot_read_is_named_by_image_id(tiny_world, tmp_path, change, needle):
+    """scenes.json decides what a hard negative may say: a word outside the world's lexicon would
+    make negatives nothing can check, so it is an error naming the image, not a silent pass."""
+    data = json.loads((tiny_world / "scenes.json").read_text())
+    key = sorted(data["images"], key=int)[1]
+    change(data["images"][key])
+    path = tmp_path / "scenes.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(DataError, match=re.escape(f"{path}: image id {key}: ")) as caught:
+        load_scenes(path)
+    assert needle in str(caught.value)

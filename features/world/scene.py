@@ -138,6 +138,28 @@ def _free_spot(rng: np.random.Generator, image_size: int, radius: float,
     return None
 
 
+_VOCABULARY = {"shape": lexicon.SHAPES, "color": lexicon.COLORS, "size": lexicon.SIZES,
+               "texture": lexicon.TEXTURES, "place": tuple(lexicon.PLACES.values())}
+
+
+def _checked(scene: Scene) -> Scene:
+    """A scene whose words the world's parser and negative builder know: another shape or colour
+    would make a "negative" whose truth nothing can check."""
+    if scene.background not in lexicon.BACKGROUNDS:
+        raise ValueError(f"background {scene.background!r} is not one of {sorted(lexicon.BACKGROUNDS)}")
+    for obj in scene.objects:
+        for field_name, known in _VOCABULARY.items():
+            if getattr(obj, field_name) not in known:
+                raise ValueError(f"object {obj.id}: {field_name} {getattr(obj, field_name)!r} is not one of "
+                                 f"{sorted(known)}")
+    ids = {obj.id for obj in scene.objects}
+    for relation in scene.relations:
+        if not isinstance(relation, dict) or relation.get("relation") not in lexicon.RELATIONS \
+                or not {relation.get("subject"), relation.get("object")} <= ids:
+            raise ValueError(f"relation {relation!r} names an unknown relation or object")
+    return scene
+
+
 def load_scenes(path: str | Path) -> dict[int, Scene]:
     return load_world_scenes(path)[0]
 
@@ -147,10 +169,18 @@ def load_world_scenes(path: str | Path) -> tuple[dict[int, Scene], int | None]:
     it records none), from one read of the file."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        scenes = {int(k): Scene.from_json(v) for k, v in data["images"].items()}
+        images = data["images"]
+        if not isinstance(images, dict):
+            raise TypeError(f"'images' must map image ids to scenes, got {type(images).__name__}")
     except FileNotFoundError:
         raise DataError(f"{path}: scenes file not found") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{path}: not a world scenes.json: {exc}") from None
+    scenes = {}
+    for key, value in images.items():
+        try:
+            scenes[int(key)] = _checked(Scene.from_json(value))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{path}: image id {key}: not a world scene: {exc}") from None
     seed = data.get("seed")
     return scenes, seed if isinstance(seed, int) else None
