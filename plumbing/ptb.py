@@ -7,12 +7,20 @@ tokenizer is measured on real COCO captions by the tests and the ngram benchmark
 
 Quirks kept on purpose because the reference has them: brackets become `-lrb-`/`-rrb-` after
 lower-casing and so survive the (upper-case) punctuation filter; an abbreviation that ends a
-line gets an extra "." token.
+line gets an extra "." token; a run of "!" and "?" ("wow!!", "?!") is one token the filter keeps.
+
+Text beyond plain ASCII is normalised as the Java lexer does (checked against it in the tests):
+curly and angle quotes become quote tokens, long dashes "--", "…" "...", € $, £ #, ¢ "cents",
+½ "1/2"; symbols (+ = × ° © ™ ★ → ...) stand alone; emoji, control and zero-width characters
+separate words; a soft hyphen vanishes. Still different from Java, and rare in captions:
+emoticons (":)"), SGML tags ("<b>x</b>"), "'n'", "'90s", URLs, "#tag", "AT&T", "&amp;". Where
+those matter, `--tokenizer java` runs pycocoevalcap's tokenizer itself.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 
 # Exactly the tokens pycocoevalcap removes after tokenising.
@@ -29,11 +37,25 @@ _CONTRACTIONS = ("n't", "'s", "'re", "'ve", "'ll", "'d", "'m")
 _SPECIAL = {"cannot": 3, "gonna": 3, "gotta": 3, "wanna": 3}  # split after this many letters
 
 # Pieces that always become tokens of their own, wherever they occur.
-_SPLIT = re.compile(r"""(\.\.\.|--|(?<!\d)[,:]|[,:](?!\d)|[;!?(){}\[\]"&#$%]|``|'')""")
+_SPLIT = re.compile(r"""(\.\.\.|--|[!?]{2,}|(?<!\d)[,:]|[,:](?!\d)|[;!?(){}\[\]"&#$%]|``|'')""")
+
+# Characters the Java lexer rewrites (curly and angle quotes, long dashes, currency, fractions).
+_NORMALISED = str.maketrans({
+    "\u201c": " `` ", "\u201d": " '' ", "\u00ab": " `` ", "\u00bb": " '' ", "\u2039": " ` ", "\u203a": " ' ",
+    "\u2018": " ` ", "\u2019": "'", "\u2012": " -- ", "\u2013": " -- ", "\u2014": " -- ", "\u2015": " -- ",
+    "\u2026": " ... ", "\u20ac": " $ ", "\u00a4": " $ ", "\u00a3": " # ", "\u00a2": " cents ",
+    "\u00bd": " 1/2 ", "\u00bc": " 1/4 ", "\u00be": " 3/4 ", "\u00ad": "",
+})
+# What plain ASCII captions never hold: the characters `_java_char` looks at one by one.
+_UNUSUAL = re.compile(r"[^\x20-\x7e]|[*+=^~|\\]")
+# Symbols that stand alone wherever they are; "<" and ">" stay with a tag, as Java keeps "<br>".
+_LONE_PUNCTUATION = frozenset("*\\%&\u201e\u201a\u00b7\u00a7\u00b6\u2030\u2032\u2033\u00bf\u00a1\u2022")
 
 
 def ptb_tokens(text: str) -> list[str]:
     """PTBTokenizer tokens of one caption, lowercased, before the punctuation filter."""
+    if _UNUSUAL.search(text):
+        text = "".join(map(_java_char, text.translate(_NORMALISED)))
     text = re.sub(r"\s+", " ", text)
     tokens: list[str] = []
     for chunk in _SPLIT.sub(r" \1 ", text).split():
@@ -41,6 +63,20 @@ def ptb_tokens(text: str) -> list[str]:
     if tokens and _is_abbreviation(tokens[-1]):
         tokens.append(".")  # a line-final abbreviation also ends the sentence
     return [_token_text(t) for t in tokens]
+
+
+def _java_char(char: str) -> str:
+    """What the Java lexer makes of one character that `_NORMALISED` leaves: a separator for what it
+    cannot tokenise (outside the Basic Multilingual Plane, controls, zero-width and other format
+    characters), a token of its own for a symbol, else the character."""
+    if char.isascii() and (char.isalnum() or char in " .,'-`<>"):
+        return char
+    category = unicodedata.category(char)
+    if ord(char) > 0xFFFF or category in ("Cc", "Cf") and not char.isspace():
+        return " "
+    if char not in "<>" and (category[0] == "S" or category == "No" or char in _LONE_PUNCTUATION):
+        return f" {char} "
+    return char
 
 
 def ptb_tokenize(text: str) -> str:

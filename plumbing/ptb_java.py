@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -13,6 +14,9 @@ from plumbing.errors import RlcapError
 from plumbing.ptb import PUNCTUATIONS
 
 TOKENIZER_CLASS = "edu.stanford.nlp.process.PTBTokenizer"
+# Every character the tokenizer's -preserveLines reads as a line end. pycocoevalcap replaces only
+# "\n", so a caption holding "\r" or U+2028 shifts every later caption onto another's line there.
+LINE_BREAKS = re.compile("[\n\r\x0b\x0c\u2028\u2029]")
 
 
 def corenlp_jar() -> Path:
@@ -34,8 +38,10 @@ def java_ptb_tokenize(texts: Sequence[str]) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "captions.txt")
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(t.replace("\n", " ") for t in texts))
+            fh.write("\n".join(LINE_BREAKS.sub(" ", t) for t in texts))
         cmd = ["java", "-cp", str(corenlp_jar()), TOKENIZER_CLASS, "-preserveLines", "-lowerCase", path]
         result = subprocess.run(cmd, capture_output=True, check=True)
     lines = result.stdout.decode("utf-8").split("\n")
+    if len(lines) < len(texts):
+        raise RlcapError(f"the Java PTB tokenizer returned {len(lines)} lines for {len(texts)} captions")
     return [" ".join(w for w in line.rstrip().split(" ") if w not in PUNCTUATIONS) for line in lines[: len(texts)]]
