@@ -13,7 +13,7 @@ Text beyond plain ASCII is normalised as the Java lexer does (checked against it
 curly and angle quotes become quote tokens, long dashes "--", "…" "...", € $, £ #, ¢ "cents",
 ½ "1/2"; symbols (+ = × ° © ™ ★ → ...) stand alone; emoji, control and zero-width characters
 separate words; a soft hyphen vanishes. Still different from Java, and rare in captions:
-emoticons (":)"), SGML tags ("<b>x</b>"), "'n'", "'90s", URLs, "#tag", "AT&T", "&amp;". Where
+SGML tags ("<b>x</b>"), "'n'", "'90s", URLs, "#tag", "AT&T", "&amp;". Where
 those matter, `--tokenizer java` runs pycocoevalcap's tokenizer itself.
 """
 
@@ -46,6 +46,8 @@ _NORMALISED = str.maketrans({
     "\u2026": " ... ", "\u20ac": " $ ", "\u00a4": " $ ", "\u00a3": " # ", "\u00a2": " cents ",
     "\u00bd": " 1/2 ", "\u00bc": " 1/4 ", "\u00be": " 3/4 ", "\u00ad": "",
 })
+# Emoticons the Java lexer keeps whole (":)", ";-(", ":D", ">:(", ":']"); ":o" and ":/" are not among them.
+_SMILEY = re.compile(r"(>?[:;=]['-]?[()\[\]DPdpO|])(?![A-Za-z0-9])")
 # What plain ASCII captions never hold: the characters `_java_char` looks at one by one.
 _UNUSUAL = re.compile(r"[^\x20-\x7e]|[*+=^~|\\]")
 # Symbols that stand alone wherever they are; "<" and ">" stay with a tag, as Java keeps "<br>".
@@ -54,12 +56,15 @@ _LONE_PUNCTUATION = frozenset("*\\%&\u201e\u201a\u00b7\u00a7\u00b6\u2030\u2032\u
 
 def ptb_tokens(text: str) -> list[str]:
     """PTBTokenizer tokens of one caption, lowercased, before the punctuation filter."""
-    if _UNUSUAL.search(text):
-        text = "".join(map(_java_char, text.translate(_NORMALISED)))
-    text = re.sub(r"\s+", " ", text)
     tokens: list[str] = []
-    for chunk in _SPLIT.sub(r" \1 ", text).split():
-        tokens.extend(_split_chunk(chunk))
+    for k, part in enumerate(_SMILEY.split(text) if ":" in text or ";" in text or "=" in text else [text]):
+        if k % 2:  # an emoticon: one token, its round brackets spelled as the lexer spells them
+            tokens.append(part.replace("(", "-LRB-").replace(")", "-RRB-"))
+            continue
+        if _UNUSUAL.search(part):
+            part = "".join(map(_java_char, part.translate(_NORMALISED)))
+        for chunk in _SPLIT.sub(r" \1 ", re.sub(r"\s+", " ", part)).split():
+            tokens.extend(_split_chunk(chunk))
     if tokens and _is_abbreviation(tokens[-1]):
         tokens.append(".")  # a line-final abbreviation also ends the sentence
     return [_token_text(t) for t in tokens]

@@ -26,6 +26,7 @@ UNUSUAL = [
     "a « b » c ‹ d › „low quote“ ′prime″ ¿qué? ¡hola! a•b a§b a² x✓y a→b ≥ 5", "1990–2000 a dog—running ―",
     "Ελληνικά words, русский текст, 日本の猫 sits on 椅子, naïve e\u0301te", "a\u00a0nbsp\u3000ideographic\u2009thin",
     "a\u2028line\rbreaks\x0bstay\x0cone caption",
+    "a smile :) a wink ;-) :D :P =( >:( :'] at 10:30) (see: here) :o :/ :Dog x;)y :))",
 ]
 
 
