@@ -12,9 +12,10 @@ line gets an extra "." token; a run of "!" and "?" ("wow!!", "?!") is one token 
 Text beyond plain ASCII is normalised as the Java lexer does (checked against it in the tests):
 curly and angle quotes become quote tokens, long dashes "--", "…" "...", € $, £ #, ¢ "cents",
 ½ "1/2"; symbols (+ = × ° © ™ ★ → ...) stand alone; emoji, control and zero-width characters
-separate words; a soft hyphen vanishes. Still different from Java, and rare in captions:
-SGML tags ("<b>x</b>"), "'n'", "'90s", URLs, "#tag", "AT&T", "&amp;". Where
-those matter, `--tokenizer java` runs pycocoevalcap's tokenizer itself.
+separate words; a soft hyphen vanishes. Emoticons, web addresses, hashtags, "AT&T", "'90s", "'n'", SGML tags and
+entities ("&amp;") follow the lexer's rules too. Still different, and rare: a quote character inside
+a word ("ma’n"), two quote characters side by side, "'tis". Where those matter, `--tokenizer java`
+runs pycocoevalcap's tokenizer itself.
 """
 
 from __future__ import annotations
@@ -46,20 +47,33 @@ _NORMALISED = str.maketrans({
     "\u2026": " ... ", "\u20ac": " $ ", "\u00a4": " $ ", "\u00a3": " # ", "\u00a2": " cents ",
     "\u00bd": " 1/2 ", "\u00bc": " 1/4 ", "\u00be": " 3/4 ", "\u00ad": "",
 })
-# Emoticons the Java lexer keeps whole (":)", ";-(", ":D", ">:(", ":']"); ":o" and ":/" are not among them.
-_SMILEY = re.compile(r"(>?[:;=]['-]?[()\[\]DPdpO|])(?![A-Za-z0-9])")
+# Pieces the Java lexer keeps whole, found before anything else is split: emoticons (":)", ";-(",
+# ":D", ">:(", ":']"; not ":o" or ":/"), web addresses, hashtags, capitals joined by "&" ("AT&T"),
+# decades ("'90s"), "'n'" and SGML tags ("<b>", "</a>").
+_WHOLE = re.compile("(" + "|".join([
+    r"""(?<![A-Za-z0-9])https?://[^\s<>"]*[^\s<>".,;:!?)\]}']""",
+    r">?[:;=]['-]?[()\[\]DPdpO|](?![A-Za-z0-9])",
+    r"(?<![0-9&#])#[A-Za-z]+",
+    r"(?<![A-Za-z])[A-Z]+(?:&[A-Z]+)+",
+    r"'(?:\d\ds|n')",
+    r"</?[A-Za-z][^<>]*>",
+]) + ")")
+_MAYBE_WHOLE = re.compile(r"[:;=#&<>]|'[\dn]|http")  # a cheap test that most captions fail
+_ENTITIES = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"'}
 # What plain ASCII captions never hold: the characters `_java_char` looks at one by one.
-_UNUSUAL = re.compile(r"[^\x20-\x7e]|[*+=^~|\\]")
-# Symbols that stand alone wherever they are; "<" and ">" stay with a tag, as Java keeps "<br>".
+_UNUSUAL = re.compile(r"[^\x20-\x7e]|[*+=^~|\\<>]")
+# Symbols that stand alone wherever they are (outside a tag, which `_WHOLE` keeps).
 _LONE_PUNCTUATION = frozenset("*\\%&\u201e\u201a\u00b7\u00a7\u00b6\u2030\u2032\u2033\u00bf\u00a1\u2022")
 
 
 def ptb_tokens(text: str) -> list[str]:
     """PTBTokenizer tokens of one caption, lowercased, before the punctuation filter."""
+    if "&" in text:
+        text = re.sub("|".join(_ENTITIES), lambda m: _ENTITIES[m.group()], text)
     tokens: list[str] = []
-    for k, part in enumerate(_SMILEY.split(text) if ":" in text or ";" in text or "=" in text else [text]):
-        if k % 2:  # an emoticon: one token, its round brackets spelled as the lexer spells them
-            tokens.append(part.replace("(", "-LRB-").replace(")", "-RRB-"))
+    for k, part in enumerate(_WHOLE.split(text) if _MAYBE_WHOLE.search(text) else [text]):
+        if k % 2:  # kept whole; an emoticon's round brackets spelled as the lexer spells them
+            tokens.append(part.replace("(", "-LRB-").replace(")", "-RRB-").replace(" ", "\u00a0"))
             continue
         if _UNUSUAL.search(part):
             part = "".join(map(_java_char, part.translate(_NORMALISED)))
@@ -74,12 +88,12 @@ def _java_char(char: str) -> str:
     """What the Java lexer makes of one character that `_NORMALISED` leaves: a separator for what it
     cannot tokenise (outside the Basic Multilingual Plane, controls, zero-width and other format
     characters), a token of its own for a symbol, else the character."""
-    if char.isascii() and (char.isalnum() or char in " .,'-`<>"):
+    if char.isascii() and (char.isalnum() or char in " .,'-`"):
         return char
     category = unicodedata.category(char)
     if ord(char) > 0xFFFF or category in ("Cc", "Cf") and not char.isspace():
         return " "
-    if char not in "<>" and (category[0] == "S" or category == "No" or char in _LONE_PUNCTUATION):
+    if category[0] == "S" or category == "No" or char in _LONE_PUNCTUATION:
         return f" {char} "
     return char
 

@@ -27,6 +27,8 @@ UNUSUAL = [
     "Ελληνικά words, русский текст, 日本の猫 sits on 椅子, naïve e\u0301te", "a\u00a0nbsp\u3000ideographic\u2009thin",
     "a\u2028line\rbreaks\x0bstay\x0cone caption",
     "a smile :) a wink ;-) :D :P =( >:( :'] at 10:30) (see: here) :o :/ :Dog x;)y :))",
+    "an AT&T sign, a Q&A, a B&W photo of #tag fun at&t a&b &amp; &lt;3 &quot;hi&quot; the '90s rock 'n' roll",
+    "<b>bold</b> <a href='x'>link</a> see http://x.com/a?b=c. (https://y.org) a<b x>=y -> 1<2",
 ]
 
 
