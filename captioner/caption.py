@@ -131,8 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not captions:
         raise DataError(f"none of the {len(skipped)} file(s) in {', '.join(cfg.images)} is a readable image")
     files = list(captions)
-    ids = dict(zip(files, file_image_ids(files), strict=True))
-    if list(ids.values()) != [file_numbers(files).get(f) for f in files]:
+    ids, numbers = dict(zip(files, file_image_ids(files), strict=True)), file_numbers(files)
+    if any(ids[f] != numbers.get(f) for f in files):
         print("note: the file names do not each carry a number of their own: image ids are the files' positions "
               "(file_name in the results names each file)", file=sys.stderr)
     rows = [{"image_id": ids[f], "caption": text, "file_name": f.name} for f in files for text in captions[f]]

@@ -12,10 +12,10 @@ line gets an extra "." token; a run of "!" and "?" ("wow!!", "?!") is one token 
 Text beyond plain ASCII is normalised as the Java lexer does (checked against it in the tests):
 curly and angle quotes become quote tokens, long dashes "--", "…" "...", € $, £ #, ¢ "cents",
 ½ "1/2"; symbols (+ = × ° © ™ ★ → ...) stand alone; emoji, control and zero-width characters
-separate words; a soft hyphen vanishes. Emoticons, web addresses, hashtags, "AT&T", "'90s", "'n'", SGML tags and
-entities ("&amp;") follow the lexer's rules too. Still different, and rare: a quote character inside
-a word ("ma’n"), two quote characters side by side, "'tis". Where those matter, `--tokenizer java`
-runs pycocoevalcap's tokenizer itself.
+separate words; a soft hyphen vanishes. Emoticons, web addresses, hashtags, "AT&T", "'90s",
+"'n'", SGML tags and entities ("&amp;") follow the lexer's rules too. Still different, and rare:
+a quote character inside a word ("ma’n"), two quote characters side by side, "'tis", a web
+address glued to a word. Where those matter, `--tokenizer java` runs pycocoevalcap's tokenizer.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ _WHOLE = re.compile("(" + "|".join([
 ]) + ")")
 _MAYBE_WHOLE = re.compile(r"[:;=#&<>]|'[\dn]|http")  # a cheap test that most captions fail
 _ENTITIES = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"'}
+_ENTITY = re.compile("|".join(_ENTITIES))
 # What plain ASCII captions never hold: the characters `_java_char` looks at one by one.
 _UNUSUAL = re.compile(r"[^\x20-\x7e]|[*+=^~|\\<>]")
 # Symbols that stand alone wherever they are (outside a tag, which `_WHOLE` keeps).
@@ -69,19 +70,24 @@ _LONE_PUNCTUATION = frozenset("*\\%&\u201e\u201a\u00b7\u00a7\u00b6\u2030\u2032\u
 def ptb_tokens(text: str) -> list[str]:
     """PTBTokenizer tokens of one caption, lowercased, before the punctuation filter."""
     if "&" in text:
-        text = re.sub("|".join(_ENTITIES), lambda m: _ENTITIES[m.group()], text)
-    tokens: list[str] = []
-    for k, part in enumerate(_WHOLE.split(text) if _MAYBE_WHOLE.search(text) else [text]):
-        if k % 2:  # kept whole; an emoticon's round brackets spelled as the lexer spells them
-            tokens.append(part.replace("(", "-LRB-").replace(")", "-RRB-").replace(" ", "\u00a0"))
-            continue
-        if _UNUSUAL.search(part):
-            part = "".join(map(_java_char, part.translate(_NORMALISED)))
-        for chunk in _SPLIT.sub(r" \1 ", re.sub(r"\s+", " ", part)).split():
-            tokens.extend(_split_chunk(chunk))
+        text = _ENTITY.sub(lambda entity: _ENTITIES[entity.group()], text)
+    pieces = _WHOLE.split(text) if _MAYBE_WHOLE.search(text) else [text]  # odd places: pieces kept whole
+    tokens = [t for k, piece in enumerate(pieces) for t in (_whole_token(piece) if k % 2 else _split_text(piece))]
     if tokens and _is_abbreviation(tokens[-1]):
         tokens.append(".")  # a line-final abbreviation also ends the sentence
     return [_token_text(t) for t in tokens]
+
+
+def _whole_token(piece: str) -> list[str]:
+    """One token; an emoticon's round brackets spelled as the lexer spells them, a tag's spaces
+    made non-breaking as the lexer prints them."""
+    return [piece.replace("(", "-LRB-").replace(")", "-RRB-").replace(" ", "\u00a0")]
+
+
+def _split_text(text: str) -> list[str]:
+    if _UNUSUAL.search(text):
+        text = "".join(map(_java_char, text.translate(_NORMALISED)))
+    return [token for chunk in _SPLIT.sub(r" \1 ", re.sub(r"\s+", " ", text)).split() for token in _split_chunk(chunk)]
 
 
 def _java_char(char: str) -> str:
