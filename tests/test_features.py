@@ -109,6 +109,20 @@ def test_unsafe_or_mismatched_weights_are_refused(tmp_path):
         load_open_clip("ViT-S-32", str(tmp_path / "partial.pt"))
 
 
+def test_a_hub_tag_that_cannot_be_fetched_names_the_weights_and_the_way_out(monkeypatch):
+    """Offline, a hub tag fails inside open_clip with a RuntimeError; it reads as a named data error."""
+    import open_clip
+
+    from features.clip_models.open_clip_models import load_open_clip
+
+    def offline(*args, pretrained=None, **kwargs):
+        raise RuntimeError(f"Failed to download weights for tag '{pretrained}': Failed to download file\nmore")
+
+    monkeypatch.setattr(open_clip, "create_model_and_transforms", offline)
+    with pytest.raises(DataError, match=r"cannot fetch the open_clip weights ViT-B-32 'openai' .*--pretrained PATH"):
+        load_open_clip("ViT-B-32", "openai")
+
+
 def _world_copy(tiny_world, tmp_path):
     root = tmp_path / "world"
     shutil.copytree(tiny_world, root)

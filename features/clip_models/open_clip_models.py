@@ -13,7 +13,7 @@ import open_clip
 import torch
 
 from features.clip_models.checkpoints import fingerprint, load_into, load_state_dict_file
-from plumbing.errors import ConfigError
+from plumbing.errors import ConfigError, DataError
 
 # rlcap's own architectures (the world CLIP) join open_clip's registry, so they load by name
 # through the same path as any open_clip model.
@@ -45,8 +45,15 @@ def load_open_clip(arch: str, pretrained: str | None = None, device: str | torch
             f"pretrained {pretrained!r} is neither an existing file nor an open_clip tag for {arch} "
             f"(tags: {', '.join(open_clip.list_pretrained_tags_by_model(arch)) or 'none'})"
         )
-    with _quiet_root_logger():  # open_clip warns "initialized randomly" before we load the file
-        model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=hub, device="cpu")
+    try:
+        with _quiet_root_logger():  # open_clip warns "initialized randomly" before we load the file
+            model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=hub, device="cpu")
+    except (RuntimeError, OSError) as exc:
+        if not hub:
+            raise
+        raise DataError(f"cannot fetch the open_clip weights {arch} {hub!r} (no network, and not in the local hub "
+                        f"cache): {str(exc).splitlines()[0][:200]}; give a weights file instead (--pretrained PATH)"
+                        ) from None
     if is_file:
         load_into(model, load_state_dict_file(pretrained), pretrained)
     model = model.to(device).eval()
@@ -58,7 +65,7 @@ def load_open_clip(arch: str, pretrained: str | None = None, device: str | torch
 def _quiet_root_logger() -> Iterator[None]:
     root = logging.getLogger()
     level = root.level
-    root.setLevel(logging.ERROR)
+    root.setLevel(logging.CRITICAL)  # a failed download logs an ERROR before raising what we report
     try:
         yield
     finally:
