@@ -16,7 +16,7 @@ from features.clip_models.checkpoints import fingerprint, load_state_dict_file
 from features.extract import ExtractConfig, extract
 from features.import_npz import ImportConfig, import_npz
 from features.store import FeatureReader
-from plumbing.errors import DataError
+from plumbing.errors import ConfigError, DataError
 
 
 def cfg_for(world, out, **kw):
@@ -107,6 +107,10 @@ def test_unsafe_or_mismatched_weights_are_refused(tmp_path):
 
     with pytest.raises(DataError, match=r"missing keys .*; unexpected keys bogus\.key"):
         load_open_clip("ViT-S-32", str(tmp_path / "partial.pt"))
+    with pytest.raises(DataError, match=r"none\.safetensors: weights file not found"):
+        load_open_clip("ViT-S-32", str(tmp_path / "none.safetensors"))
+    with pytest.raises(ConfigError, match="neither an existing file nor an open_clip tag"):
+        load_open_clip("ViT-S-32", "laion9000")
 
 
 def test_a_hub_tag_that_cannot_be_fetched_names_the_weights_and_the_way_out(monkeypatch):

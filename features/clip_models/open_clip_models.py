@@ -40,6 +40,8 @@ def load_open_clip(arch: str, pretrained: str | None = None, device: str | torch
         raise ConfigError(f"unknown open_clip architecture {arch!r}; e.g. {', '.join(open_clip.list_models()[:6])}")
     is_file = pretrained is not None and Path(pretrained).exists()
     hub = pretrained if pretrained and not is_file else None
+    if hub and ("/" in hub or Path(hub).suffix in (".pt", ".pth", ".bin", ".ckpt", ".safetensors")):
+        raise DataError(f"{hub}: weights file not found")
     if hub and hub not in open_clip.list_pretrained_tags_by_model(arch):
         raise ConfigError(
             f"pretrained {pretrained!r} is neither an existing file nor an open_clip tag for {arch} "
