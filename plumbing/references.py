@@ -3,6 +3,7 @@ prepro's refs.json), with errors that name the file and the entry at fault."""
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -35,6 +36,10 @@ def load_predictions(path: str | Path) -> dict[int, str]:
 def load_references(path: str | Path, split: str | None = None) -> dict[int, list[str]]:
     """Karpathy dataset.json (optionally one split), COCO captions_*.json, or prepro's refs.json."""
     data = read_json(path)
+    karpathy = isinstance(data, dict) and isinstance(data.get("images"), list) and "annotations" not in data
+    if split is not None and not karpathy:
+        print(f"note: {path} has no splits (not a Karpathy dataset.json); split {split!r} is not applied",
+              file=sys.stderr)
     if isinstance(data, dict) and isinstance(data.get("annotations"), list):
         return _coco_annotations(path, data)
     if isinstance(data, dict) and isinstance(data.get("images"), list):

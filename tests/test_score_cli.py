@@ -45,6 +45,12 @@ def test_scores_coco_annotations_and_writes_the_file(tmp_path, capsys):
     assert "cider" in capsys.readouterr().out
 
 
+def test_a_split_on_references_without_splits_is_noted_not_silently_dropped(tmp_path, capsys):
+    code, _ = run(tmp_path, [{"image_id": 1, "caption": "a dog"}], REFS, "--split", "test", "--metrics", "bleu_1")
+    assert code == 0 and "has no splits (not a Karpathy dataset.json); split 'test' is not applied" in \
+        capsys.readouterr().err
+
+
 def test_karpathy_split_and_refs_json(tmp_path, karpathy_file):
     code, out = run(tmp_path, [{"image_id": 1002, "caption": "zebras eat grass"}],
                     json.loads(karpathy_file.read_text()), "--split", "val", "--metrics", "cider")
