@@ -103,7 +103,7 @@ def test_scst_with_clip_s_alone_end_to_end(tiny_world, world_clip, tmp_path):
     assert train_cli.main(["--config", str(scst), "--set", "reward_models={}"]) == 2
 
 
-def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch):
+def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch, capsys):
     """With hard text and image negatives after a finished pretraining stage: what each image gets
     in an epoch is seeded by (seed, epoch, row), so the resumed run draws the same negatives, and
     the finished stage's weights come back from its state."""
@@ -130,6 +130,12 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
     assert run(tmp_path / "twice.safetensors", interrupt_at=2) == 130  # stopped during epoch 3 (the locked one has
     # no report), after the locked stage: its weights come back from its state and the image tower trains again
     assert (tmp_path / "twice.safetensors.state").is_dir() and not (tmp_path / "twice.safetensors").exists()
+    state = tmp_path / "twice.safetensors.state" / "vision" / "recipe.json"
+    kept = state.read_text()
+    state.write_text('{"epochs_done": ')  # a torn state file is named, with the way out, not a JSON traceback
+    assert run(tmp_path / "twice.safetensors") == 2
+    assert "recipe.json: unreadable resume state" in capsys.readouterr().err
+    state.write_text(kept)
     assert run(tmp_path / "twice.safetensors") == 0
     once, twice = load_file(str(tmp_path / "once.safetensors")), load_file(str(tmp_path / "twice.safetensors"))
     assert all(torch.equal(once[k], twice[k]) for k in once)

@@ -31,7 +31,7 @@ from features.clip_models.factory import clip_text_forward
 from features.clip_models.text_batches import PrefixTree, length_groups, shared_prefix_text_forward
 from plumbing.atomic import append_line, to_json, write_json
 from plumbing.config import option
-from plumbing.errors import ConfigError
+from plumbing.errors import ConfigError, DataError
 from plumbing.locks import hold_lock, release_lock
 from plumbing.optim import adamw
 from plumbing.schedules import Schedule, lr_factor
@@ -191,7 +191,17 @@ class RecipeRun:
 
     def _epochs_done(self, stage: str) -> int:
         path = self._stage_dir(stage) / "recipe.json"
-        return json.loads(path.read_text())["epochs_done"] if path.exists() else 0
+        if not path.exists():
+            return 0
+        try:
+            done = json.loads(path.read_text())["epochs_done"]
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            raise DataError(f"{path}: unreadable resume state ({exc}); delete {self.state_dir} to train "
+                            "this model from the start") from None
+        if not isinstance(done, int) or isinstance(done, bool) or done < 0:
+            raise DataError(f"{path}: 'epochs_done' must be a count, got {done!r}; delete {self.state_dir} to "
+                            "train this model from the start")
+        return done
 
     def fit(self, model: torch.nn.Module, dataset: Dataset, collate: Callable, loss_fn: LossFn, stage: Stage,
             after_step: Callable[[torch.nn.Module], None] | None = None,
