@@ -448,3 +448,17 @@ def test_a_log_line_cut_short_is_left_out_and_the_next_append_stands_alone(tmp_p
         assert select_cli.main(["--run", str(log.parent), "--by", "cider"]) == 2
         assert f"{log}: {needle}" in capsys.readouterr().err
         log.write_text(text)
+
+
+def test_a_gpu_asked_for_where_none_is_visible_is_a_config_error(monkeypatch):
+    """`--device cuda` on a CPU machine stops at once with the way out, not at the first tensor moved."""
+    import torch
+
+    from plumbing.device import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_device("auto").type == "cpu" and pick_device("cpu").type == "cpu"
+    with pytest.raises(ConfigError, match="device 'cuda': 0 CUDA GPU"):
+        pick_device("cuda")
+    with pytest.raises(ConfigError, match="device 'gpu': not a device name"):
+        pick_device("gpu")
