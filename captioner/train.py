@@ -268,6 +268,10 @@ class Trainer:
         if self.suite is not None:
             self.suite.close()
             release_lock(self.run_dir / ".lock")
+        # the process group goes down with every rank here: left to the interpreter's exit, gloo's
+        # threads can abort a finished rank (SIGABRT) and the launcher then reports the run failed
+        self.accelerator.wait_for_everyone()
+        self.accelerator.end_training()
         return self.state
 
     def train_epoch(self, epoch: int) -> float:

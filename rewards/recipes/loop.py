@@ -302,8 +302,9 @@ class RecipeRun:
         acc.wait_for_everyone()
 
     def finish(self) -> None:
-        """The outputs are written: the resume state goes, and the lock."""
+        """The outputs are written: the resume state goes, and the lock, and the process group."""
         self.accelerator.wait_for_everyone()
         if self.is_main:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             release_lock(self.out.with_name(self.out.name + ".lock"))
+        self.accelerator.end_training()  # every rank takes the process group down (see captioner.train)
