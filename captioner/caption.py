@@ -26,7 +26,7 @@ from captioner.decoding import Constraints, DecodeConfig, decode
 from captioner.inference import load_captioner
 from captioner.plots import contact_sheet
 from features.backbones import make_backbone
-from features.images import ImageFiles, file_image_ids, file_numbers, image_files
+from features.images import ImageFiles, file_image_ids, image_files
 from plumbing.atomic import write_json, write_text
 from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import option, require_keys
@@ -131,8 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not captions:
         raise DataError(f"none of the {len(skipped)} file(s) in {', '.join(cfg.images)} is a readable image")
     files = list(captions)
-    ids, numbers = dict(zip(files, file_image_ids(files), strict=True)), file_numbers(files)
-    if any(ids[f] != numbers.get(f) for f in files):
+    image_ids, from_names = file_image_ids(files)
+    ids = dict(zip(files, image_ids, strict=True))
+    if not from_names:
         print("note: the file names do not each carry a number of their own: image ids are the files' positions "
               "(file_name in the results names each file)", file=sys.stderr)
     rows = [{"image_id": ids[f], "caption": text, "file_name": f.name} for f in files for text in captions[f]]

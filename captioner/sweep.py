@@ -69,9 +69,10 @@ def check_sweep(cfg: SweepConfig) -> None:
         raise ConfigError(f"sweep config 'alphas' repeats a value: {cfg.alphas}")
     if cfg.reward_a == cfg.reward_b:
         raise ConfigError(f"reward_a and reward_b are both {cfg.reward_a!r}")
-    unknown = [name for name in (cfg.reward_a, cfg.reward_b) if name not in available_rewards()]
+    known = available_rewards()
+    unknown = [name for name in (cfg.reward_a, cfg.reward_b) if name not in known]
     if unknown:
-        raise ConfigError(f"unknown reward {unknown[0]!r}; known rewards: {', '.join(available_rewards())}")
+        raise ConfigError(f"unknown reward {unknown[0]!r}; known rewards: {', '.join(known)}")
     if cfg.num_processes < 1:
         raise ConfigError("num_processes must be >= 1")
 

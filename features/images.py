@@ -121,10 +121,10 @@ def file_numbers(files: list[Path]) -> dict[Path, int]:
     return {f: int(found[-1]) for f, found in numbers.items() if found}
 
 
-def file_image_ids(files: list[Path]) -> list[int]:
+def file_image_ids(files: list[Path]) -> tuple[list[int], bool]:
     """Each file's id from its name (`file_numbers`), or, when some name carries no number or two
-    carry the same one, every file's position in the list."""
+    carry the same one, every file's position in the list; and whether the names gave them."""
     numbers = file_numbers(files)
     if len(numbers) == len(files) and len(set(numbers.values())) == len(files):
-        return [numbers[f] for f in files]
-    return list(range(len(files)))
+        return [numbers[f] for f in files], True
+    return list(range(len(files))), False

@@ -38,7 +38,7 @@ _CONTRACTIONS = ("n't", "'s", "'re", "'ve", "'ll", "'d", "'m")
 _SPECIAL = {"cannot": 3, "gonna": 3, "gotta": 3, "wanna": 3}  # split after this many letters
 
 # Pieces that always become tokens of their own, wherever they occur.
-_SPLIT = re.compile(r"""(\.\.\.|--|[!?]{2,}|(?<!\d)[,:]|[,:](?!\d)|[;!?(){}\[\]"&#$%]|``|'')""")
+_SPLIT = re.compile(r"""(\.\.\.|--|[!?]{2,}|(?<!\d)[,:]|[,:](?!\d)|[;!?(){}\[\]"&#$%*+=^~|\\<>]|``|'')""")
 
 # Characters the Java lexer rewrites (curly and angle quotes, long dashes, currency, fractions).
 _NORMALISED = str.maketrans({
@@ -61,10 +61,10 @@ _WHOLE = re.compile("(" + "|".join([
 _MAYBE_WHOLE = re.compile(r"[:;=#&<>]|'[\dn]|http")  # a cheap test that most captions fail
 _ENTITIES = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"'}
 _ENTITY = re.compile("|".join(_ENTITIES))
-# What plain ASCII captions never hold: the characters `_java_char` looks at one by one.
-_UNUSUAL = re.compile(r"[^\x20-\x7e]|[*+=^~|\\<>]")
-# Symbols that stand alone wherever they are (outside a tag, which `_WHOLE` keeps).
-_LONE_PUNCTUATION = frozenset("*\\%&\u201e\u201a\u00b7\u00a7\u00b6\u2030\u2032\u2033\u00bf\u00a1\u2022")
+# What printable ASCII never holds: the text `_java_char` then reads one character at a time.
+_UNUSUAL = re.compile(r"[^\x20-\x7e]")
+# Punctuation beyond ASCII that stands alone like a symbol (Unicode S* and No); ASCII is `_SPLIT`'s.
+_LONE_PUNCTUATION = frozenset("\u201e\u201a\u00b7\u00a7\u00b6\u2030\u2032\u2033\u00bf\u00a1\u2022")
 
 
 def ptb_tokens(text: str) -> list[str]:
@@ -94,7 +94,7 @@ def _java_char(char: str) -> str:
     """What the Java lexer makes of one character that `_NORMALISED` leaves: a separator for what it
     cannot tokenise (outside the Basic Multilingual Plane, controls, zero-width and other format
     characters), a token of its own for a symbol, else the character."""
-    if char.isascii() and (char.isalnum() or char in " .,'-`"):
+    if " " <= char <= "~":  # printable ASCII: `_SPLIT` splits what stands alone
         return char
     category = unicodedata.category(char)
     if ord(char) > 0xFFFF or category in ("Cc", "Cf") and not char.isspace():

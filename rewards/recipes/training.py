@@ -80,7 +80,7 @@ def trim_log(path: Path, epochs_done: int, stage: str | None = None) -> None:
     records = read_jsonl(path)
     kept = [r for r in records
             if (stage is not None and r.get("stage") != stage) or r.get("epoch", 0) <= epochs_done]
-    if len(kept) != len(records) or not path.read_bytes().endswith(b"\n"):
+    if len(kept) != len(records):  # a cut-short last line goes at the next append (`append_line`)
         write_text(path, "".join(to_json(r) + "\n" for r in kept))
 
 
