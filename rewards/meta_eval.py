@@ -22,7 +22,8 @@ Prints a table, writes JSON (--out) and a markdown section (--markdown), both at
 `world-foils` writes the offline world's foil file from scenes.json: captions rendered from each
 scene with four foil kinds (--source rendered), or each image's own references with every kind the
 hard-negative builder makes (--source references: size, texture, binding, place, count and background
-too, in the references' wording).
+too, in the references' wording), or foils in frames the world never writes (--source reworded:
+"the blue star has a red circle above it", "three shapes in total"; features/world/reworded.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from features.world.foils import reference_foils, world_foils
+from features.world.reworded import reworded_foils
 from features.world.scene import load_scenes
 from plumbing.atomic import write_json, write_text
 from plumbing.cli import add_config_flags, command, config_from_args
@@ -66,10 +68,12 @@ class WorldFoilsConfig:
     split: str = option("test", help="the split whose images get foils")
     limit: int = option(0, help="at most this many images (0 = all)", at_least=0)
     seed: int = option(0, help="random seed of the foils")
-    source: Literal["rendered", "references"] = option(
+    source: Literal["rendered", "references", "reworded"] = option(
         "rendered", help="rendered: captions rendered from the scene, foils of shape, color, added and relation; "
         "references: each image's first reference and long caption, one parser-checked foil per kind the "
-        "hard-negative builder can make")
+        "hard-negative builder can make; reworded: short captions in frames the world's captions never use "
+        "(the subject last or inside another phrase, colours as predicates, counts and backgrounds said "
+        "otherwise), one foil per kind")
     out: str = option("", help="the foil file to write")
 
 
@@ -98,6 +102,8 @@ def write_world_foils(cfg: WorldFoilsConfig) -> dict:
     if cfg.source == "references":
         items = reference_foils(scenes, {e.image_id: (e.raw_captions, long_captions(e)) for e in entries}, ids,
                                 cfg.seed)
+    elif cfg.source == "reworded":
+        items = reworded_foils(scenes, {e.image_id: e.raw_captions for e in entries}, ids, cfg.seed)
     else:
         items = world_foils(scenes, {e.image_id: e.raw_captions for e in entries}, ids, cfg.seed)
     write_json(cfg.out, items, indent=1)

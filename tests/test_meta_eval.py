@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
+from features.world import lexicon
 from features.world.foils import reference_foils, world_foils
 from features.world.parse import contradictions, parse_caption
+from features.world.reworded import KINDS as REWORDED_KINDS
+from features.world.reworded import reworded_foils
 from features.world.scene import load_scenes
 from plumbing.karpathy import load_dataset
 from rewards import meta_eval
@@ -215,3 +218,42 @@ def test_world_foils_name_an_image_without_a_scene(tiny_world, tmp_path, capsys)
                                str(tiny_world / "dataset.json"), "--split", "train", "--source", source,
                                "--out", str(tmp_path / "f.json")]) == 2
         assert f"image id {first}" in capsys.readouterr().err
+
+
+def _relation_phrase(text: str) -> tuple[str, str]:
+    """(relation, the words around it) of a reworded relation statement: the phrase the lexicon gives."""
+    for relation, phrases in lexicon.RELATION_PHRASES.items():
+        if (phrase := phrases[0]) in text:
+            return relation, text.replace(phrase, "<rel>")
+    raise AssertionError(text)
+
+
+def test_reworded_foils_state_the_scene_and_change_one_fact(tiny_world, tmp_path):
+    """Checked against the scene through the parser's mentions, not the frames that built them: the
+    true caption holds, its foil differs in the one fact its kind names."""
+    scenes = load_scenes(tiny_world / "scenes.json")
+    ids = sorted(scenes)[:40]
+    items = reworded_foils(scenes, {}, ids, seed=2)
+    assert items == reworded_foils(scenes, {}, ids, seed=2)  # deterministic
+    assert {f["kind"] for item in items for f in item["foils"]} == set(REWORDED_KINDS)
+    for item in items:
+        scene = scenes[item["image_id"]]
+        for foil in item["foils"]:
+            kind, true, false = foil["kind"], item["caption"], foil["caption"]
+            if kind in ("shape", "color", "count", "background", "relation_located", "relation_seen"):
+                assert not contradictions(parse_caption(true), scene), true  # the parser reads these frames
+                assert contradictions(parse_caption(false), scene), false
+            elif kind == "color_predicate":
+                shape, color = true.split()[1], true.split()[-1]
+                assert [o.color for o in scene.objects if o.shape == shape] == [color]
+                assert false.split()[-1] != color and false.split()[:-1] == true.split()[:-1]
+            else:  # the subject is the second object named: "above the blue star there is a red circle"
+                relation, frame = _relation_phrase(true)
+                assert _relation_phrase(false) == (lexicon.INVERSE[relation], frame)
+                obj, subject = [[o for o in scene.objects if (o.color, o.shape) == (m.color, m.shape)]
+                                for m in parse_caption(true).mentions]
+                assert len(obj) == len(subject) == 1 and scene.holds(subject[0].id, relation, obj[0].id)
+    assert meta_eval.main(["world-foils", "--scenes", str(tiny_world / "scenes.json"), "--dataset",
+                           str(tiny_world / "dataset.json"), "--source", "reworded", "--out",
+                           str(tmp_path / "f.json")]) == 0
+    assert json.loads((tmp_path / "f.json").read_text())

@@ -49,6 +49,18 @@ class Scene:
     def holds(self, subject: int, relation: str, obj: int) -> bool:
         return {"subject": subject, "relation": relation, "object": obj} in self.relations
 
+    def nameable_relations(self) -> list[tuple[WorldObject, str, WorldObject]]:
+        """(subject, relation, object) of every relation a statement naming colours and shapes states
+        unambiguously, in the order scenes.json records them: its two objects look different, and no
+        other two objects that look like them hold the inverse (else the inverse statement would be
+        true of those)."""
+        objects = {obj.id: obj for obj in self.objects}
+        stated = [(objects[f["subject"]], f["relation"], objects[f["object"]]) for f in self.relations]
+        held = {(a.color, a.shape, relation, b.color, b.shape) for a, relation, b in stated}
+        return [(a, relation, b) for a, relation, b in stated
+                if (a.color, a.shape) != (b.color, b.shape)
+                and (a.color, a.shape, lexicon.INVERSE[relation], b.color, b.shape) not in held]
+
 
 def place_name(x: float, y: float, size: int) -> str:
     col = min(int(3 * x / size), 2)

@@ -78,26 +78,17 @@ class RelationFact(NamedTuple):
 def relation_facts(split: Split, scenes: dict[int, Scene], relations: Sequence[str] = lexicon.RELATIONS
                    ) -> list[RelationFact]:
     """Every relation the split's scenes record that a statement naming colours and shapes states
-    unambiguously: its two objects look different, and no other two objects that look like them
-    hold the inverse relation (else the "false" statement would be true of those)."""
+    unambiguously (Scene.nameable_relations)."""
     facts = []
     for row, image_id in enumerate(split.image_ids):
         if image_id not in scenes:
             raise DataError(f"text stage: image id {image_id} of the train split has no scene in `scenes`")
         scene = scenes[image_id]
-        objects = {obj.id: obj for obj in scene.objects}
-        stated = [(objects[f["subject"]], f["relation"], objects[f["object"]]) for f in scene.relations]
-        held = {(_look(a), relation, _look(b)) for a, relation, b in stated}
-        for subject, relation, obj in stated:
-            if (relation in relations and _look(subject) != _look(obj)
-                    and (_look(subject), lexicon.INVERSE[relation], _look(obj)) not in held):
+        for subject, relation, obj in scene.nameable_relations():
+            if relation in relations:
                 others = tuple(o for o in scene.objects if o.id not in (subject.id, obj.id))
                 facts.append(RelationFact(row, subject, relation, obj, others))
     return facts
-
-
-def _look(obj: WorldObject) -> tuple[str, str]:
-    return obj.color, obj.shape
 
 
 Fact = RelationFact | AttributeFact
