@@ -45,6 +45,11 @@ def _we_see(obj: WorldObject) -> str:
     return f"in this picture we can see {article(_named(obj))} {_named(obj)}"
 
 
+def _state(frame: str, subject: WorldObject, relation: str, obj: WorldObject) -> str:
+    return frame.format(a=_named(subject), b=_named(obj), art_a=article(_named(subject)),
+                        rel=lexicon.RELATION_PHRASES[relation][0])
+
+
 def scene_reworded(scene: Scene, rng: random.Random) -> list[tuple[str, dict]]:
     """(true caption, foil) pairs of one scene, one per kind the scene allows."""
     objects = scene.objects
@@ -66,11 +71,9 @@ def scene_reworded(scene: Scene, rng: random.Random) -> list[tuple[str, dict]]:
     pairs.append((front.format(scene.background), {"kind": "background", "caption": front.format(background)}))
     if relations := scene.nameable_relations():
         a, relation, b = rng.choice(relations)
-        for kind, frame in RELATION_FRAMES.items():
-            def say(rel: str, frame: str = frame) -> str:
-                return frame.format(a=_named(a), b=_named(b), art_a=article(_named(a)),
-                                    rel=lexicon.RELATION_PHRASES[rel][0])
-            pairs.append((say(relation), {"kind": kind, "caption": say(lexicon.INVERSE[relation])}))
+        pairs += [(_state(frame, a, relation, b),
+                   {"kind": kind, "caption": _state(frame, a, lexicon.INVERSE[relation], b)})
+                  for kind, frame in RELATION_FRAMES.items()]
     return pairs
 
 
