@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -42,6 +43,42 @@ def test_each_statement_is_true_of_its_scene_and_its_inverse_false(world_train):
             assert contradictions(parse_caption(true), scene) == [], true
             wrong = contradictions(parse_caption(false), scene)
             assert len(wrong) == 1 and "is not" in wrong[0], (false, wrong)
+
+
+def _phrases(text: str) -> tuple[list[str], str]:
+    """The relation phrases of a statement, and the statement with each one blanked."""
+    found = re.findall(_RELATION_PATTERN, text)
+    return found, re.sub(_RELATION_PATTERN, "<rel>", text)
+
+
+_RELATION_PATTERN = "|".join(sorted((re.escape(p) for ps in lexicon.RELATION_PHRASES.values() for p in ps),
+                                    key=len, reverse=True))
+
+
+def test_statements_in_other_frames_state_the_fact_and_name_the_subject_otherwise(world_train):
+    """`text_other_frames`: the pair differs only in its relation phrase, the fact's against its
+    inverse; where the parser reads the frame the scene confirms it, and in the frames it cannot
+    read the subject is not the first object named (what the option is for)."""
+    train, scenes = world_train
+    rng = random.Random(1)
+    read, subject_later = 0, 0
+    for fact in relation_facts(train, scenes):
+        scene = scenes[train.image_ids[fact.row]]
+        true, false = statement_pair(fact, rng, 0.0, other_frames=1.0)
+        (said,), frame = _phrases(true)
+        (unsaid,), other = _phrases(false)
+        assert frame == other and said in lexicon.RELATION_PHRASES[fact.relation]
+        assert unsaid in lexicon.RELATION_PHRASES[lexicon.INVERSE[fact.relation]]
+        claims = parse_caption(true)
+        if claims.relations:
+            read += 1
+            assert contradictions(claims, scene) == [], true
+            assert any("is not" in w for w in contradictions(parse_caption(false), scene)), false
+        else:
+            looks = [(m.color, m.shape) for m in claims.mentions]
+            assert looks == [(fact.object.color, fact.object.shape), (fact.subject.color, fact.subject.shape)], true
+            subject_later += 1
+    assert read and subject_later  # both kinds of frame are drawn
 
 
 def test_facts_whose_inverse_a_look_alike_holds_are_left_out():

@@ -107,11 +107,15 @@ def roles(fact: Fact) -> torch.Tensor:
     return target.flatten()
 
 
-def statement_pair(fact: Fact, rng: random.Random, long_rate: float) -> tuple[str, str]:
+def statement_pair(fact: Fact, rng: random.Random, long_rate: float, other_frames: float = 0.0
+                   ) -> tuple[str, str]:
     """The fact stated, and the same words with the inverse relation, or the attribute changed
-    (false of the scene)."""
+    (false of the scene). `other_frames` of the relation statements take one of OTHER_FRAMES (no
+    draw is spent at 0, so those runs draw the texts they drew before the option)."""
     if isinstance(fact, AttributeFact):
         return attribute_pair(fact, rng)
+    if other_frames and rng.random() < other_frames:
+        return _other_frame_pair(fact, rng)
     if rng.random() < long_rate:
         opening = f"{_article(_long_words(fact.subject, rng)).capitalize()} {_texture_unit(fact.subject, rng)}. It is "
         closing = f" the {_long_words(fact.object, rng)}."
@@ -124,6 +128,26 @@ def statement_pair(fact: Fact, rng: random.Random, long_rate: float) -> tuple[st
     true, false = fact.relation, lexicon.INVERSE[fact.relation]
     return (f"{opening}{rng.choice(lexicon.RELATION_PHRASES[true])}{closing}",
             f"{opening}{rng.choice(lexicon.RELATION_PHRASES[false])}{closing}")
+
+
+# Relation statements whose subject is not simply the first object named (`text_other_frames`): the
+# world's captions all name it first, and a tower trained on them alone reads the subject by word
+# order (docs/reward_models.md, "Relations in other frames"). Filled with (subject, object, relation).
+OTHER_FRAMES = (
+    lambda a, b, a_the, b_the, rel: f"{a_the} is {rel} {b_the}",   # the red circle is above the blue star
+    lambda a, b, a_the, b_the, rel: f"{rel} {b} is {a}",             # above a blue star is a red circle
+    lambda a, b, a_the, b_the, rel: f"{b} with {a} {rel} it",        # a blue star with a red circle above it
+    lambda a, b, a_the, b_the, rel: f"{a} that is {rel} {b}",        # a red circle that is above a blue star
+)
+
+
+def _other_frame_pair(fact: RelationFact, rng: random.Random) -> tuple[str, str]:
+    a, b = _article(_short_words(fact.subject, rng)), _article(_short_words(fact.object, rng))
+    a_the, b_the = f"the {_short_words(fact.subject, rng)}", f"the {_short_words(fact.object, rng)}"
+    frame = rng.choice(OTHER_FRAMES)
+    true, false = fact.relation, lexicon.INVERSE[fact.relation]
+    return (frame(a, b, a_the, b_the, rng.choice(lexicon.RELATION_PHRASES[true])),
+            frame(a, b, a_the, b_the, rng.choice(lexicon.RELATION_PHRASES[false])))
 
 
 def _short_words(obj: WorldObject, rng: random.Random) -> str:
@@ -172,12 +196,13 @@ class SeededItems(Dataset):
 class FactsDataset(SeededItems):
     """Items: one fact each, stated as a pair (or, `true_only`, its true statement alone)."""
 
-    def __init__(self, facts: Sequence[Fact], seed: int, long_rate: float, true_only: bool = False):
+    def __init__(self, facts: Sequence[Fact], seed: int, long_rate: float, true_only: bool = False,
+                 other_frames: float = 0.0):
         if not facts:
             raise DataError("text stage: the train split's scenes hold no relation between two objects a "
                             "statement can tell apart")
         super().__init__(seed)
-        self.facts, self.long_rate, self.true_only = facts, long_rate, true_only
+        self.facts, self.long_rate, self.true_only, self.other_frames = facts, long_rate, true_only, other_frames
 
     def __len__(self) -> int:
         return len(self.facts)
@@ -185,7 +210,7 @@ class FactsDataset(SeededItems):
     def __getitem__(self, k: int) -> TextItem:
         rng = self.rng(k)
         fact = self.facts[k]
-        pair = statement_pair(fact, rng, self.long_rate)
+        pair = statement_pair(fact, rng, self.long_rate, self.other_frames)
         return TextItem(fact.row, [], [pair[:1] if self.true_only else pair], [roles(fact)])
 
 
@@ -195,10 +220,12 @@ class CaptionsDataset(SeededItems):
     one of its own of those."""
 
     def __init__(self, split: Split, pools: list[list[str]], scenes: dict[int, Scene], facts: Sequence[Fact],
-                 seed: int, hard: int, kinds: tuple[str, ...], long_rate: float, long_share: float = 0.0):
+                 seed: int, hard: int, kinds: tuple[str, ...], long_rate: float, long_share: float = 0.0,
+                 other_frames: float = 0.0):
         super().__init__(seed)
         self.split, self.pools, self.scenes = split, pools, scenes
         self.hard, self.kinds, self.long_rate, self.long_share = hard, kinds, long_rate, long_share
+        self.other_frames = other_frames
         self.facts_of: list[list[RelationFact]] = [[] for _ in range(len(split))]
         self.attributes_of: list[list[AttributeFact]] = [[] for _ in range(len(split))]
         for fact in facts:
@@ -216,7 +243,7 @@ class CaptionsDataset(SeededItems):
         chosen: list[Fact] = [rng.choice(own) for _ in range(PAIRS_PER_IMAGE)] if own else []
         if self.attributes_of[row]:  # drawn after the relations: without attributes, the same texts as before
             chosen.append(rng.choice(self.attributes_of[row]))
-        pairs = [statement_pair(fact, rng, self.long_rate) for fact in chosen]
+        pairs = [statement_pair(fact, rng, self.long_rate, self.other_frames) for fact in chosen]
         return TextItem(row, group, pairs, [roles(fact) for fact in chosen])
 
     def _caption(self, row: int, rng: random.Random) -> str:
@@ -365,6 +392,7 @@ class TextStagePlan:
     negative_kinds: tuple[str, ...]
     attributes: tuple[str, ...] = ()  # attribute facts beside the relations in the pairs and negclip phases
     long_share: float = 0.0  # the share of the negclip phase's images that take one of their long captions
+    other_frames: float = 0.0  # the share of relation statements in OTHER_FRAMES
     negclip_batch_size: int | None = None  # images per step of the negclip phase (None: the recipe's batch_size)
 
     @property
@@ -387,12 +415,13 @@ def read_relations(run: RecipeRun, model: torch.nn.Module, train: Split, transfo
     axis_relations = {r for axis in plan.pair_axes for r in AXIS_RELATIONS[axis]}
     phases = (  # (stage, its dataset, negclip)
         (Stage("text_roles", plan.roles_epochs, plan.lr, 0, ROLES_SCHEDULE, plan.roles_batch_size),
-         lambda: FactsDataset(facts, seed, plan.long_rate, true_only=True), False),
+         lambda: FactsDataset(facts, seed, plan.long_rate, true_only=True, other_frames=plan.other_frames), False),
         (Stage("text_pairs", plan.pairs_epochs, plan.lr, 0, batch_size=plan.batch_size), lambda: FactsDataset(
-            [f for f in facts if f.relation in axis_relations] + attributes, seed, plan.long_rate), False),
+            [f for f in facts if f.relation in axis_relations] + attributes, seed, plan.long_rate,
+            other_frames=plan.other_frames), False),
         (Stage("text_negclip", plan.negclip_epochs, plan.lr, 0, batch_size=plan.negclip_batch_size),
          lambda: CaptionsDataset(train, plan.caption_pool, scenes, facts + attributes, seed, plan.hard_negatives,
-                                 plan.negative_kinds, plan.long_rate, plan.long_share), True),
+                                 plan.negative_kinds, plan.long_rate, plan.long_share, plan.other_frames), True),
     )
     record: dict = {}
     for stage, dataset, negclip in phases:
