@@ -36,11 +36,8 @@ def load_predictions(path: str | Path) -> dict[int, str]:
 def load_references(path: str | Path, split: str | None = None) -> dict[int, list[str]]:
     """Karpathy dataset.json (optionally one split), COCO captions_*.json, or prepro's refs.json."""
     data = read_json(path)
-    karpathy = isinstance(data, dict) and isinstance(data.get("images"), list) and "annotations" not in data
-    if split is not None and not karpathy:
-        print(f"note: {path} has no splits (not a Karpathy dataset.json); split {split!r} is not applied",
-              file=sys.stderr)
     if isinstance(data, dict) and isinstance(data.get("annotations"), list):
+        _note_no_splits(path, split)
         return _coco_annotations(path, data)
     if isinstance(data, dict) and isinstance(data.get("images"), list):
         entries = load_dataset(path)
@@ -50,8 +47,15 @@ def load_references(path: str | Path, split: str | None = None) -> dict[int, lis
                 raise DataError(f"{path}: no images in split {split!r}")
         return {e.image_id: e.raw_captions for e in entries}
     if isinstance(data, dict) and data and all(k.isdigit() and isinstance(v, list) for k, v in data.items()):
+        _note_no_splits(path, split)
         return {int(k): _reference_list(path, int(k), v) for k, v in data.items()}
     raise DataError(f"{path}: not a Karpathy dataset.json, a COCO annotations file or a refs.json")
+
+
+def _note_no_splits(path: str | Path, split: str | None) -> None:
+    if split is not None:
+        print(f"note: {path} has no splits (not a Karpathy dataset.json); split {split!r} is not applied",
+              file=sys.stderr)
 
 
 def _reference_list(path: str | Path, image_id: int, captions: list) -> list[str]:

@@ -102,10 +102,9 @@ def write_world_foils(cfg: WorldFoilsConfig) -> dict:
     if cfg.source == "references":
         items = reference_foils(scenes, {e.image_id: (e.raw_captions, long_captions(e)) for e in entries}, ids,
                                 cfg.seed)
-    elif cfg.source == "reworded":
-        items = reworded_foils(scenes, {e.image_id: e.raw_captions for e in entries}, ids, cfg.seed)
     else:
-        items = world_foils(scenes, {e.image_id: e.raw_captions for e in entries}, ids, cfg.seed)
+        build = reworded_foils if cfg.source == "reworded" else world_foils
+        items = build(scenes, {e.image_id: e.raw_captions for e in entries}, ids, cfg.seed)
     write_json(cfg.out, items, indent=1)
     return {"out": cfg.out, "items": len(items), "foils": sum(len(i["foils"]) for i in items)}
 

@@ -31,22 +31,23 @@ from features.world.scene import Scene, WorldObject, dominant_relation
 FOIL_KINDS = ("shape", "color", "added", "relation")
 
 
-def _np(obj: WorldObject, size: bool = False, definite: bool = False) -> str:
+def object_phrase(obj: WorldObject, size: bool = False, definite: bool = False) -> str:
+    """The words naming an object: "a red circle" (`size`: "a large red circle"; `definite`: "the ...")."""
     words = ([obj.size] if size else []) + [obj.color, obj.shape]
     det = "the" if definite else article(words[0])
     return " ".join([det, *words])
 
 
-def _relation(relation: str) -> str:
+def relation_words(relation: str) -> str:
     return lexicon.RELATION_PHRASES[relation][0]  # "to the left of", "above", ...
 
 
 def render_short(objects: list[WorldObject], relation: str | None) -> str:
-    head = _np(objects[0])
+    head = object_phrase(objects[0])
     if len(objects) == 1:
         return f"{head} {place_phrase(objects[0].place)}"
-    text = f"{head} {_relation(relation)} {_np(objects[1])}"
-    rest = [_np(o) for o in objects[2:]]
+    text = f"{head} {relation_words(relation)} {object_phrase(objects[1])}"
+    rest = [object_phrase(o) for o in objects[2:]]
     return text + ("".join(f", {r}" for r in rest[:-1]) + f" and {rest[-1]}" if rest else "")
 
 
@@ -57,12 +58,13 @@ def render_long(objects: list[WorldObject], relations: list[str | None], backgro
     sentences = [f"The image shows {count} {noun} on {article(background)} {background} background."]
     for k, obj in enumerate(objects):
         texture = "a solid fill" if obj.texture == "solid" else f"a {obj.texture} pattern"
-        sentence = f"{_np(obj, size=True).capitalize()} with {texture} appears {place_phrase(obj.place)} of the image."
-        sentences.append(sentence)
+        named = object_phrase(obj, size=True).capitalize()
+        sentences.append(f"{named} with {texture} appears {place_phrase(obj.place)} of the image.")
         if k > 0 and relations[k]:
-            sentences.append(f"It is {_relation(relations[k])} {_np(objects[k - 1], size=True, definite=True)}.")
+            before = object_phrase(objects[k - 1], size=True, definite=True)
+            sentences.append(f"It is {relation_words(relations[k])} {before}.")
     if extra is not None:
-        sentences.append(f"There is also {_np(extra, size=True)} {place_phrase(extra.place)} of the image.")
+        sentences.append(f"There is also {object_phrase(extra, size=True)} {place_phrase(extra.place)} of the image.")
     return " ".join(sentences)
 
 
@@ -89,7 +91,7 @@ def scene_foils(scene: Scene, rng: random.Random) -> dict:
     target = rng.randrange(len(objects))
 
     def variant(objs: list[WorldObject], rels: list[str | None], first: str | None, extra=None) -> dict:
-        return {"caption": render_short(objs, first) + (f" and {_np(extra)}" if extra else ""),
+        return {"caption": render_short(objs, first) + (f" and {object_phrase(extra)}" if extra else ""),
                 "long_caption": render_long(objs, rels, scene.background, extra)}
 
     def with_object(new: WorldObject) -> list[WorldObject]:

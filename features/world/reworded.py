@@ -25,29 +25,25 @@ import random
 from dataclasses import replace
 
 from features.world import lexicon
-from features.world.captions import article
+from features.world.foils import object_phrase, relation_words
 from features.world.scene import Scene, WorldObject
 
-RELATION_FRAMES = {
-    "relation_located": "the {a} is located {rel} the {b}",
-    "relation_inverted": "{rel} the {b} there is {art_a} {a}",
-    "relation_seen": "{art_a} {a} can be seen {rel} the {b}",
-    "relation_has": "the {b} has {art_a} {a} {rel} it",
+RELATION_FRAMES = {  # filled with the subject (a), the object (b) and the relation's words
+    "relation_located": "{the_a} is located {rel} {the_b}",
+    "relation_inverted": "{rel} {the_b} there is {a}",
+    "relation_seen": "{a} can be seen {rel} {the_b}",
+    "relation_has": "{the_b} has {a} {rel} it",
 }
 KINDS = ("shape", "color", "color_predicate", "count", "background", *RELATION_FRAMES)
 
 
-def _named(obj: WorldObject) -> str:
-    return f"{obj.color} {obj.shape}"
-
-
 def _we_see(obj: WorldObject) -> str:
-    return f"in this picture we can see {article(_named(obj))} {_named(obj)}"
+    return f"in this picture we can see {object_phrase(obj)}"
 
 
 def _state(frame: str, subject: WorldObject, relation: str, obj: WorldObject) -> str:
-    return frame.format(a=_named(subject), b=_named(obj), art_a=article(_named(subject)),
-                        rel=lexicon.RELATION_PHRASES[relation][0])
+    return frame.format(a=object_phrase(subject), the_a=object_phrase(subject, definite=True),
+                        the_b=object_phrase(obj, definite=True), rel=relation_words(relation))
 
 
 def scene_reworded(scene: Scene, rng: random.Random) -> list[tuple[str, dict]]:
@@ -67,7 +63,7 @@ def scene_reworded(scene: Scene, rng: random.Random) -> list[tuple[str, dict]]:
     pairs.append((f"{lexicon.NUMBER_WORDS[len(objects)]} shapes in total",
                   {"kind": "count", "caption": f"{lexicon.NUMBER_WORDS[count]} shapes in total"}))
     background = rng.choice([b for b in lexicon.BACKGROUNDS if b != scene.background])
-    front = f"{article(_named(obj))} {_named(obj)} in front of a {{}} background"
+    front = f"{object_phrase(obj)} in front of a {{}} background"
     pairs.append((front.format(scene.background), {"kind": "background", "caption": front.format(background)}))
     if relations := scene.nameable_relations():
         a, relation, b = rng.choice(relations)
