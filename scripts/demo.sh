@@ -27,7 +27,7 @@ python -m features.extract --config configs/features_patches.yaml --dataset "$OU
   --images-root "$OUT/world" --out "$OUT/feats/patches.h5"
 finish "features"
 
-stage "world CLIP (ResNet tower: 20 epochs on the scene graphs and its feature map's places, 10 contrastive with world hard negatives, present shapes' nouns and size phrases, the background, count and grid-cell labels kept, then the text stage: 2 + 3 + 8 epochs reading relations, sizes, places and the background) -> $OUT/reward_models/world_clip.safetensors"
+stage "world CLIP (ResNet tower: 20 epochs on the scene graphs and its feature map's places, 10 contrastive with world hard negatives, present shapes' nouns and size phrases, the background, count and grid-cell labels kept, then the text stage: 2 + 3 + 8 epochs reading relations (a quarter of them stated in other frames), sizes, places and the background) -> $OUT/reward_models/world_clip.safetensors"
 python -m rewards.train_clip --config configs/reward_models/world_clip.yaml
 finish "world-clip"
 
