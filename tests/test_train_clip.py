@@ -57,6 +57,23 @@ def test_a_finished_model_is_reused_only_with_the_same_settings(tiny_world, worl
     assert world_clip.read_bytes() == before
 
 
+def test_a_setting_newer_than_the_finished_model_counts_as_its_default(tiny_world, world_clip, capsys):
+    summary_path = world_clip.with_suffix(".json")
+    written = summary_path.read_text()
+    summary = json.loads(written)
+    del summary["config"]["text_other_frames"]  # a model from before the option existed
+    summary_path.write_text(json.dumps(summary))
+    base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world), "--out",
+            str(world_clip), "--epochs", "2", "--set", "batch_size=16"]
+    try:
+        assert train_clip.main(base) == 0
+        assert "already trained" in capsys.readouterr().out
+        assert train_clip.main([*base, "--set", "text_other_frames=0.25"]) == 2
+        assert "text_other_frames: 0.0 -> 0.25" in capsys.readouterr().err
+    finally:
+        summary_path.write_text(written)  # the module's model, as its other tests expect it
+
+
 def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
     for setting, message in (("image_negatives=world", "image_negatives: world needs 'scenes'"),
                              ("vision_pretrain_epochs=2", "vision_pretrain_epochs needs 'scenes'"),

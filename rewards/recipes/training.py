@@ -5,7 +5,7 @@ a finished output was trained with the settings asked for."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from types import MethodType
 
@@ -24,13 +24,16 @@ def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None
 
     A run is finished when its output and its summary (`<out>.json`, written last, with the
     resolved config) both exist. If that config differs from `cfg` in a setting that shapes the
-    weights, skipping would hand back a model the user did not ask for: that is an error."""
+    weights, skipping would hand back a model the user did not ask for: that is an error. A setting
+    the summary lacks was added after the run, and options are added off by default, so the run
+    had its default: asking for another value is a change too."""
     out = Path(out)
     summary_path = out.with_suffix(".json")
     if not (out.exists() and summary_path.exists()):
         return None
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    saved, wanted = summary.get("config", {}), json.loads(json.dumps(asdict(cfg)))
+    saved = {**_field_defaults(cfg), **summary.get("config", {})}
+    wanted = json.loads(json.dumps(asdict(cfg)))
     changed = [f"{key}: {saved[key]!r} -> {value!r}" for key, value in wanted.items()
                if key not in RUNTIME_KEYS and key in saved and saved[key] != value]
     if changed:
@@ -39,6 +42,17 @@ def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None
     if progress:
         print(f"{out} is already trained ({summary_path}); nothing to do")
     return {**summary, "skipped": True}
+
+
+def _field_defaults(cfg) -> dict:
+    """Each setting's default, as a summary writes settings (JSON values)."""
+    defaults = {}
+    for field in fields(cfg):
+        if field.default is not MISSING:
+            defaults[field.name] = field.default
+        elif field.default_factory is not MISSING:
+            defaults[field.name] = field.default_factory()
+    return json.loads(json.dumps(defaults))
 
 
 def lock(tower: torch.nn.Module) -> None:
