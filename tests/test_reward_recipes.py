@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ from rewards.recipes.detail_units import DetailSegmenter, split_scores
 from rewards.recipes.loop import PairEncoder
 from rewards.recipes.specificity import sample_triplets, shuffle_tokens
 from rewards.recipes.specs import TrainSpecsConfig, dynamic_margin_hinge, specs_loss
-from rewards.recipes.training import lock, unlock
+from rewards.recipes.training import file_sha256, lock, unlock
 from tests.captioner_fixtures import launch_two_processes
 from tests.clip_fixtures import save_open_clip
 
@@ -143,7 +144,8 @@ def teacher_file(tmp_path_factory):
 
 def test_train_specs_round_trips_and_specificity_runs(tiny_world, teacher_file, tmp_path, capsys):
     out, start = tmp_path / "spec.pt", tmp_path / "start.pt"
-    args = ["--init", str(teacher_file), "--dataset", str(tiny_world / "dataset.json"), "--images-root",
+    start_model = Path(shutil.copy(teacher_file, tmp_path / "world_clip.safetensors"))
+    args = ["--init", str(start_model), "--dataset", str(tiny_world / "dataset.json"), "--images-root",
             str(tiny_world), "--out", str(out), "--epochs", "1", "--set", f"start_out={start}", "--set", "batch_size=8"]
     assert train_specs.main([*args, "--set", "workers=0"]) == 0
     mtime = out.stat().st_mtime_ns
@@ -152,6 +154,11 @@ def test_train_specs_round_trips_and_specificity_runs(tiny_world, teacher_file, 
     capsys.readouterr()
     assert train_specs.main([*args, "--epochs", "3"]) == 2  # other settings: refused, nothing overwritten
     assert "epochs: 1 -> 3" in capsys.readouterr().err and out.stat().st_mtime_ns == mtime
+    assert json.loads(out.with_suffix(".json").read_text())["starts"] == {"init": file_sha256(start_model)}
+    save_open_clip(start_model, seed=4)  # the world CLIP retrained at the same path since
+    assert train_specs.main(args) == 2  # built from another start: refused, nothing overwritten
+    err = capsys.readouterr().err
+    assert f"trained from another init than {start_model} holds now" in err and out.stat().st_mtime_ns == mtime
     trained = load_reward_model(RewardModelSpec(kind="longclip", weights=str(out)))
     assert trained.context_length == 248
     assert load_reward_model(RewardModelSpec(kind="longclip", weights=str(start))).fingerprint != trained.fingerprint

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -59,7 +59,7 @@ from rewards.recipes.scene_labels import (
     scene_labels,
 )
 from rewards.recipes.text_stage import TextStagePlan, read_relations
-from rewards.recipes.training import finished_summary, lock, save_weights, unlock
+from rewards.recipes.training import finished_summary, lock, save_weights, summary_record, unlock
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -244,7 +244,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
             report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val, loaded.preprocess,
                                    cfg.scenes, "clip_s", run.device, cfg.workers)
             summary.update(announce(f"{cfg.out} (clip_s)", report))
-        write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
+        write_json(summary_path, summary_record(cfg, summary), indent=2)
     run.finish()
     return summary
 

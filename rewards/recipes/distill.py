@@ -14,7 +14,7 @@ a truncated SVD of the token embedding). It is saved as a DistillCLIP-style chec
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -41,7 +41,7 @@ from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.mirror import AXES
 from rewards.recipes.scene_labels import pretrain_on_scene_labels
-from rewards.recipes.training import finished_summary
+from rewards.recipes.training import finished_summary, summary_record
 
 
 @dataclass
@@ -290,7 +290,7 @@ def distill_lclip(cfg: DistillConfig, progress: bool = True) -> dict:
             report = foil_accuracy(student.encode_image, student.encode_text, tokenizer, val, loaded.preprocess,
                                    cfg.scenes, "clip_s", run.device, cfg.workers)
             summary.update(announce(f"{cfg.out} (l_clip_s)", report))
-        write_json(summary_path, {"config": asdict(cfg), **summary}, indent=2)
+        write_json(summary_path, summary_record(cfg, summary), indent=2)
     run.finish()
     return summary
 

@@ -20,7 +20,7 @@ raises the score for what it says, not for being one more. It ends with its worl
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -50,7 +50,7 @@ from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels,
 from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.specificity import detail_units_of, join_units, negative_unit, scene_negative_filter
-from rewards.recipes.training import finished_summary, lock, save_pt
+from rewards.recipes.training import finished_summary, lock, save_pt, summary_record
 
 TRIPLET = 4  # texts 0-3 of an image: caption, c_j, c_j + d+, c_j + d-; hard negatives follow
 
@@ -150,7 +150,7 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
             report = foil_accuracy(model.encode_image, clip_text_forward(model), tokenizer, val, transform,
                                    cfg.scenes, "specs", run.device, cfg.workers)
             summary.update(announce(f"{cfg.out} (specs)", report))
-        write_json(Path(cfg.out).with_suffix(".json"), {"config": asdict(cfg), **summary}, indent=2)
+        write_json(Path(cfg.out).with_suffix(".json"), summary_record(cfg, summary), indent=2)
     run.finish()
     return summary
 

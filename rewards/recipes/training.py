@@ -1,9 +1,10 @@
 """Pieces the reward-model recipes share besides their loop (rewards.recipes.loop): locking a tower,
 CLIP's no-decay parameter groups, trimming a resumed run's log, atomic weight files, and the check that
-a finished output was trained with the settings asked for."""
+a finished output was trained with the settings and from the starting model asked for."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import MISSING, asdict, fields
 from pathlib import Path
@@ -32,6 +33,7 @@ def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None
     if not (out.exists() and summary_path.exists()):
         return None
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    _refuse_if_started_elsewhere(cfg, out, summary)
     saved = {**_field_defaults(cfg), **summary.get("config", {})}
     wanted = json.loads(json.dumps(asdict(cfg)))
     changed = [f"{key}: {saved[key]!r} -> {value!r}" for key, value in wanted.items()
@@ -42,6 +44,41 @@ def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None
     if progress:
         print(f"{out} is already trained ({summary_path}); nothing to do")
     return {**summary, "skipped": True}
+
+
+# Settings that name the model a recipe starts from (SPECS's `init`, the student's `teacher`).
+START_KEYS = ("init", "teacher")
+
+
+def summary_record(cfg, summary: dict) -> dict:
+    """What a recipe writes to `<out>.json` when it finishes: its resolved settings, the sha256 of
+    each starting model's file (so a later start is noticed) and its results."""
+    return {"config": asdict(cfg), "starts": _start_digests(cfg), **summary}
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _start_digests(cfg) -> dict[str, str]:
+    return {key: file_sha256(getattr(cfg, key)) for key in START_KEYS
+            if getattr(cfg, key, None) and Path(getattr(cfg, key)).is_file()}
+
+
+def _refuse_if_started_elsewhere(cfg, out: Path, summary: dict) -> None:
+    """A starting file that changed since the output was finished (a world CLIP retrained with new
+    settings) would leave the output built from the old one under the same settings. Summaries
+    written before the digests were recorded are not checked."""
+    recorded, now = summary.get("starts", {}), _start_digests(cfg)
+    for key, digest in recorded.items():
+        if key in now and now[key] != digest:
+            raise ConfigError(f"{out} was trained from another {key} than {getattr(cfg, key)} holds now "
+                              f"(sha256 {digest[:12]}... then, {now[key][:12]}... now); delete {out} and "
+                              f"{out.with_suffix('.json').name} to retrain it from this one")
 
 
 def _field_defaults(cfg) -> dict:
