@@ -65,15 +65,18 @@ def file_sha256(path: str | Path) -> str:
 
 
 def _start_digests(cfg) -> dict[str, str]:
-    return {key: file_sha256(getattr(cfg, key)) for key in START_KEYS
-            if getattr(cfg, key, None) and Path(getattr(cfg, key)).is_file()}
+    starts = {key: getattr(cfg, key, None) for key in START_KEYS}
+    return {key: file_sha256(path) for key, path in starts.items() if path and Path(path).is_file()}
 
 
 def _refuse_if_started_elsewhere(cfg, out: Path, summary: dict) -> None:
     """A starting file that changed since the output was finished (a world CLIP retrained with new
     settings) would leave the output built from the old one under the same settings. Summaries
     written before the digests were recorded are not checked."""
-    recorded, now = summary.get("starts", {}), _start_digests(cfg)
+    recorded = summary.get("starts")
+    if not recorded:
+        return
+    now = _start_digests(cfg)  # read only when there is a record to compare with
     for key, digest in recorded.items():
         if key in now and now[key] != digest:
             raise ConfigError(f"{out} was trained from another {key} than {getattr(cfg, key)} holds now "
