@@ -40,15 +40,25 @@ from features.world.scene import load_scenes
 from plumbing.atomic import write_json, write_text
 from plumbing.cli import add_config_flags, command, config_from_args
 from plumbing.config import option, require_keys
-from plumbing.errors import DataError
+from plumbing.errors import ConfigError, DataError
 from plumbing.karpathy import load_dataset
 from plumbing.references import load_references
 from rewards.context import ScoringContext, ScoringSettings
-from rewards.meta.tasks import foil_accuracy, human_correlation, load_entries, markdown, pair_accuracy
+from rewards.meta.paired import compare_metrics, parse_pairs
+from rewards.meta.tasks import (
+    accuracy_tables,
+    comparison_markdown,
+    foil_outcomes,
+    human_correlation,
+    load_entries,
+    markdown,
+    pair_outcomes,
+)
 from rewards.recipes.data import long_captions
-from rewards.suite import MetricSuite
+from rewards.suite import MetricSuite, resolve_names
 
-TASKS = {"foil": foil_accuracy, "pairs": pair_accuracy, "human": human_correlation}
+OUTCOME_TASKS = {"foil": foil_outcomes, "pairs": pair_outcomes}  # judged item by item: comparable in pairs
+TASKS = (*OUTCOME_TASKS, "human")
 
 
 @dataclass
@@ -59,6 +69,11 @@ class MetaEvalConfig(ScoringSettings):
                                     "or refs.json) for entries without 'references'")
     out: str | None = option(None, help="write the results JSON here")
     markdown: str | None = option(None, help="write a markdown section here (for a report)")
+    compare: str | None = option(
+        None, help="foil and pairs: metric pairs compared item by item, e.g. 'specs:clip_s,l_clip_s:clip_s'. Per "
+        "kind, the items each metric of a pair judges better than the other (right where the other is wrong or "
+        "tied) and the exact two-sided sign test's p-value over those items (McNemar's exact test): whether an "
+        "accuracy gap is more than these items' chance")
 
 
 @dataclass
@@ -111,18 +126,33 @@ def write_world_foils(cfg: WorldFoilsConfig) -> dict:
 
 def run_task(task: str, cfg: MetaEvalConfig) -> dict:
     require_keys(cfg, ("data",), task)
+    if cfg.compare and task not in OUTCOME_TASKS:
+        raise ConfigError(f"compare: the {task} task has no per-item outcomes to compare (foil and pairs have)")
+    if cfg.compare:  # a misspelt pair fails here, before any model loads
+        parse_pairs(cfg.compare, resolve_names(cfg.metrics))
     entries = load_entries(cfg.data)  # read and checked before the metrics load their models
     references = load_references(cfg.references) if cfg.references else None
+    comparisons: dict = {}
     with MetricSuite(cfg.metrics, ScoringContext.from_settings(cfg)) as suite:
-        result = TASKS[task](cfg.data, entries, suite, references)
+        if task == "human":
+            tables = {task: human_correlation(cfg.data, entries, suite, references)}
+        else:
+            outcomes = OUTCOME_TASKS[task](cfg.data, entries, suite, references)
+            tables = accuracy_tables(outcomes)
+            if cfg.compare:
+                scored = sorted({name for metrics in outcomes.values() for name in metrics})
+                comparisons = compare_metrics(outcomes, parse_pairs(cfg.compare, scored, dict(suite.skipped)))
         skipped = dict(suite.skipped)
-    tables = result if task == "foil" else {task: result}
+    result = tables if task == "foil" else tables[task]
     text = "".join(markdown(f"{task}: {name}", table) for name, table in tables.items())
+    text += "".join(comparison_markdown(f"{task}: {label}", pair, table)
+                    for label, pairs in comparisons.items() for pair, table in pairs.items())
     print(text)
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
     if cfg.out:
-        write_json(cfg.out, {"task": task, "data": cfg.data, "results": result, "skipped": skipped}, indent=2)
+        record = {"task": task, "data": cfg.data, "results": result, "skipped": skipped}
+        write_json(cfg.out, {**record, "comparisons": comparisons} if comparisons else record, indent=2)
     if cfg.markdown:
         write_text(cfg.markdown, text)
     return result

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from scipy.stats import kendalltau
+from scipy.stats import binomtest, kendalltau
 
 from features.world import lexicon
 from features.world.foils import reference_foils, world_foils
@@ -18,6 +18,7 @@ from features.world.scene import load_scenes
 from plumbing.karpathy import load_dataset
 from rewards import meta_eval
 from rewards.meta.correlation import kendall_tau, pearson
+from rewards.meta.paired import compare_outcomes, sign_test
 from rewards.recipes.data import long_captions
 
 REFS = ["a dog runs on the grass", "a brown dog running in a park", "a dog plays outside"]
@@ -257,3 +258,57 @@ def test_reworded_foils_state_the_scene_and_change_one_fact(tiny_world, tmp_path
                            str(tiny_world / "dataset.json"), "--source", "reworded", "--out",
                            str(tmp_path / "f.json")]) == 0
     assert json.loads((tmp_path / "f.json").read_text())
+
+
+@pytest.mark.parametrize(("wins_a", "wins_b"), [(0, 0), (1, 0), (4, 0), (2, 6), (10, 10), (31, 12), (0, 40),
+                                                (150, 171)])
+def test_the_sign_test_equals_scipy_binomtest(wins_a, wins_b):
+    expected = 1.0 if wins_a + wins_b == 0 else binomtest(wins_a, wins_a + wins_b, 0.5).pvalue
+    assert sign_test(wins_a, wins_b) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+
+
+def test_compared_outcomes_count_only_the_items_the_two_judge_apart():
+    a = [("shape", 1.0), ("shape", 1.0), ("shape", 0.0), ("shape", 0.5), ("color", 1.0), ("color", 0.0)]
+    b = [("shape", 1.0), ("shape", 0.0), ("shape", 1.0), ("shape", 0.0), ("color", 1.0), ("color", 0.0)]
+    table = compare_outcomes(a, b)
+    assert table["shape"] == {"a": 2, "b": 1, "p": 1.0}  # a tie above a loss counts for a
+    assert table["color"] == {"a": 0, "b": 0, "p": 1.0}
+    assert table["all"] == {"a": 2, "b": 1, "p": 1.0}
+    with pytest.raises(ValueError, match="same items"):
+        compare_outcomes(a, b[::-1])
+
+
+def test_foil_comparison_names_the_items_each_metric_gets_right_alone(tmp_path):
+    """CIDEr prefers each true caption (its image's reference word for word); mean length prefers the
+    longer text, which is the foil in the three 'added' items: 3 items CIDEr alone gets right, none the
+    other way."""
+    long_foil = "an old wooden boat floating slowly across a calm green lake under grey clouds"
+    scenes = [(REFS, "a dog runs on the grass"), (OTHER_REFS, "a red bus on a city street"),
+              (["a plate of food on a table", "a meal on a white plate"], "a plate of food on a table"),
+              (["two cats sleep on a sofa", "a pair of cats on a couch"], "two cats sleep on a sofa")]
+    entries = [{"image_id": 1, "caption": scenes[0][1], "references": scenes[0][0],
+                "foils": [{"caption": "a cat", "kind": "object"}]}]
+    entries += [{"image_id": 1 + k, "caption": caption, "references": refs,
+                 "foils": [{"caption": long_foil, "kind": "added"}]} for k, (refs, caption) in enumerate(scenes[1:], 1)]
+    path = tmp_path / "foil.json"
+    path.write_text(json.dumps(entries))
+    out = tmp_path / "out.json"
+    assert meta_eval.main(["foil", "--data", str(path), "--metrics", "cider,mean_length", "--out", str(out),
+                           "--compare", "cider:mean_length", "--markdown", str(tmp_path / "foil.md")]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["results"]["short"]["mean_length"]["added"] == 0.0
+    compared = saved["comparisons"]["short"]["cider:mean_length"]
+    assert compared["added"] == {"a": 3, "b": 0, "p": 0.25} and compared["object"] == {"a": 0, "b": 0, "p": 1.0}
+    assert "### foil: short: cider against mean_length" in (tmp_path / "foil.md").read_text()
+
+
+@pytest.mark.parametrize(("task", "spec", "needle"), [
+    ("foil", "cider", "not two different metric names"),
+    ("foil", "cider:cider", "not two different metric names"),
+    ("foil", "cider:bleu_4", "'bleu_4' is not among the scored metrics (cider)"),
+    ("human", "cider:bleu_4", "the human task has no per-item outcomes"),
+])
+def test_a_bad_comparison_is_named_before_scoring(tmp_path, capsys, task, spec, needle):
+    path = tmp_path / "missing.json"  # never read: the comparison is checked first
+    assert meta_eval.main([task, "--data", str(path), "--metrics", "cider", "--compare", spec]) == 2
+    assert needle in capsys.readouterr().err

@@ -47,9 +47,13 @@ FOIL_SETS = (("caption", "short"), ("long_caption", "long"))
 FOIL_FIELDS = {field for field, _ in FOIL_SETS}
 
 
-def foil_accuracy(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
-    """Each set (short, long) scores the entries and foils that carry its field; an entry needs one of
-    the two. A set that only some entries carry is scored on those, with a note of how many it scores."""
+Outcomes = dict[str, list[tuple[str, float]]]  # per metric, each judged item's (kind or category, win)
+
+
+def foil_outcomes(path, entries: list[dict], suite: MetricSuite, references=None) -> dict[str, Outcomes]:
+    """Per set (short, long): each metric's outcome on every (caption, foil) pair. Each set scores the
+    entries and foils that carry its field; an entry needs one of the two. A set that only some entries
+    carry is scored on those, with a note of how many it scores."""
     checked = _checked_foils(path, entries, references)
     result = {}
     for field, label in FOIL_SETS:
@@ -63,8 +67,8 @@ def foil_accuracy(path, entries: list[dict], suite: MetricSuite, references=None
             print(f"foil: {path}: the {label} set scores {scored} of {len(entries)} entries (the others lack "
                   f"{field!r} on the entry or on every foil)", file=sys.stderr)
         scores = suite.score_rows(*zip(*rows, strict=True))
-        result[label] = _grouped({name: [(kind, win(values[a], values[b])) for a, b, kind in pairs]
-                                  for name, values in scores.items()})
+        result[label] = {name: [(kind, win(values[a], values[b])) for a, b, kind in pairs]
+                         for name, values in scores.items()}
     if not result:
         raise DataError(f"{path}: no foil shares a field ('caption' or 'long_caption') with its entry")
     return result
@@ -109,7 +113,8 @@ def _foil_rows(path, checked: list[tuple[int, dict, list[str]]], field: str
     return rows, pairs, scored
 
 
-def pair_accuracy(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
+def pair_outcomes(path, entries: list[dict], suite: MetricSuite, references=None) -> dict[str, Outcomes]:
+    """{"pairs": each metric's outcome on every candidate pair, by its category}."""
     rows, meta = [], []
     for k, entry in enumerate(entries):
         candidates, preference = entry.get("candidates"), entry.get("preference")
@@ -122,8 +127,8 @@ def pair_accuracy(path, entries: list[dict], suite: MetricSuite, references=None
         rows += [(entry["image_id"], candidates[0], refs), (entry["image_id"], candidates[1], refs)]
         meta.append((preference, str(entry.get("category", "all"))))
     scores = suite.score_rows(*zip(*rows, strict=True))
-    return _grouped({name: [(category, win(values[2 * i + p], values[2 * i + 1 - p]))
-                            for i, (p, category) in enumerate(meta)] for name, values in scores.items()})
+    return {"pairs": {name: [(category, win(values[2 * i + p], values[2 * i + 1 - p]))
+                             for i, (p, category) in enumerate(meta)] for name, values in scores.items()}}
 
 
 def human_correlation(path, entries: list[dict], suite: MetricSuite, references=None) -> dict:
@@ -156,11 +161,23 @@ def _defined(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _grouped(outcomes: dict[str, list[tuple[str, float]]]) -> dict:
-    return {name: grouped_accuracy(pairs) for name, pairs in outcomes.items()}
+def accuracy_tables(outcomes: dict[str, Outcomes]) -> dict[str, dict]:
+    """Per set, each metric's accuracy per kind (rewards.meta.outcomes.grouped_accuracy)."""
+    return {label: {name: grouped_accuracy(judged) for name, judged in metrics.items()}
+            for label, metrics in outcomes.items()}
 
 
 def markdown(title: str, table: dict) -> str:
     columns = sorted({c for row in table.values() for c in row if c != "items"})
     rows = [[name, *("n/a" if row.get(c) is None else f"{row[c]:.3f}" for c in columns)] for name, row in table.items()]
     return f"### {title}\n\n" + format_table(["metric", *columns], rows, markdown=True) + "\n"
+
+
+def comparison_markdown(title: str, pair: str, table: dict) -> str:
+    """One compared pair's table: per kind, the items each metric judges better than the other does (right
+    where the other is wrong, or tied), and the p-value."""
+    a, b = pair.split(":")
+    rows = [[group, str(row["a"]), str(row["b"]), f"{row['p']:.3g}"] for group, row in table.items()]
+    headers = ["kind", f"items {a} ahead", f"items {b} ahead", "p (exact sign test)"]
+    return f"### {title}: {a} against {b}\n\n" + format_table(headers, rows, markdown=True) + "\n"
+
