@@ -19,6 +19,9 @@ mean rating. A tie counts one half. Metrics come from the suite (--metrics, defa
 available); CLIP-family metrics need `reward_models` in --config (e.g. configs/scoring_world.yaml, with image
 embeddings for the ids).
 Prints a table, writes JSON (--out) and a markdown section (--markdown), both atomically.
+foil and pairs with --compare a:b[,c:d]: per kind, the items each metric of a pair judges better than
+the other, and the exact sign test's p-value over them (JSON "comparisons"): whether a gap of a few
+items is more than chance.
 `world-foils` writes the offline world's foil file from scenes.json: captions rendered from each
 scene with four foil kinds (--source rendered), or each image's own references with every kind the
 hard-negative builder makes (--source references: size, texture, binding, place, count and background

@@ -312,3 +312,24 @@ def test_a_bad_comparison_is_named_before_scoring(tmp_path, capsys, task, spec, 
     path = tmp_path / "missing.json"  # never read: the comparison is checked first
     assert meta_eval.main([task, "--data", str(path), "--metrics", "cider", "--compare", spec]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_pairs_comparison_counts_the_pairs_each_metric_alone_prefers_rightly(tmp_path):
+    """Humans prefer the fitting caption, and in the two 'long' pairs it is the shorter one: CIDEr gets
+    those right and mean length wrong; in the 'short' pair both prefer the fitting, longer caption."""
+    entries = [{"image_id": 1, "candidates": ["a dog runs on the grass", "a dog"], "references": REFS,
+                "preference": 0, "category": "short"}]
+    boat = "an old wooden boat floating slowly across a calm green lake"
+    entries += [{"image_id": 2 + k, "candidates": [boat, caption],
+                 "references": refs, "preference": 1, "category": "long"}
+                for k, (refs, caption) in enumerate([(OTHER_REFS, "a red bus on a city street"),
+                                                     (["two cats sleep on a sofa", "cats on a couch"],
+                                                      "two cats sleep on a sofa")])]
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps(entries))
+    out = tmp_path / "out.json"
+    assert meta_eval.main(["pairs", "--data", str(path), "--metrics", "cider,mean_length", "--out", str(out),
+                           "--compare", "cider:mean_length"]) == 0
+    compared = json.loads(out.read_text())["comparisons"]["pairs"]["cider:mean_length"]
+    assert compared == {"long": {"a": 2, "b": 0, "p": 0.5}, "short": {"a": 0, "b": 0, "p": 1.0},
+                        "all": {"a": 2, "b": 0, "p": 0.5}}
