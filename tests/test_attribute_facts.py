@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from features.world import lexicon
 from features.world.parse import contradictions, parse_caption
 from features.world.scene import Scene, WorldObject
 from rewards.recipes.attribute_facts import ATTRIBUTES, attribute_facts, attribute_pair
@@ -66,3 +67,21 @@ def test_a_colour_twin_never_names_another_object_of_that_shape():
         named = false.split(" and ")[0]  # the closing may list the other objects as they are
         assert "white" not in named and "green" not in named and named != true.split(" and ")[0], false
         assert len(contradictions(parse_caption(false), scene)) == 1, false
+
+
+def test_a_count_is_stated_once_a_scene_in_words_that_agree(world_train):
+    """The count names no object: one fact a scene, its number the scene's, its twin another number,
+    and never "one shapes" or "there are one object"."""
+    train, scenes = world_train
+    facts = attribute_facts(train, scenes, ("count",))
+    assert len({f.row for f in facts}) == len(facts) > 20
+    rng = random.Random(0)
+    for fact in facts:
+        count = len(scenes[train.image_ids[fact.row]].objects)
+        for _ in range(5):
+            true, false = attribute_pair(fact, rng)
+            assert true.split()[-2] == lexicon.NUMBER_WORDS[count] and false.split()[-2] != true.split()[-2]
+            for text in (true, false):
+                number, noun = text.split()[-2:]
+                assert noun.endswith("s") == (number != "one"), text
+                assert not text.startswith("there are one"), text

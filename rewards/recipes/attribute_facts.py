@@ -1,5 +1,6 @@
-"""Attribute facts for the text stage: one object's size, colour, place or texture, or its scene's background,
-stated against the same words with that attribute changed (docs/reward_models.md, "Size, place and background pairs").
+"""Attribute facts for the text stage: one object's size, colour, place or texture, or its scene's background
+or count, stated against the same words with that attribute changed (docs/reward_models.md, "Size, place and
+background pairs"; a count is said without naming an object: "there are three shapes" / "there are two shapes").
 
 The world CLIP's image embedding says how big a lone object is (a linear readout 0.95 on val), yet
 its text tower read "a small red disc" against "a large red disc" at chance: the contrastive loss
@@ -24,8 +25,10 @@ from features.world.scene import Scene, WorldObject
 from plumbing.errors import DataError
 from rewards.recipes.data import Split
 
-ATTRIBUTES = ("size", "color", "place", "texture", "background")
+ATTRIBUTES = ("size", "color", "place", "texture", "background", "count")
+SCENE_ATTRIBUTES = ("background", "count")  # one fact a scene, not one an object
 LEADS = ("", "", "a picture of ", "there is ", "an image of ")  # how a statement opens (half of them plainly)
+COUNT_LEADS = ("", "", "a picture of ", "there are ", "an image of ")  # a count's, plural
 
 
 class AttributeFact(NamedTuple):
@@ -38,7 +41,7 @@ class AttributeFact(NamedTuple):
 
 def attribute_facts(split: Split, scenes: dict[int, Scene], attributes: Sequence[str]) -> list[AttributeFact]:
     """One fact per object of the split's scenes and per object attribute, for every object no other
-    object of its scene looks like; the background once a scene, stated with the first such object."""
+    object of its scene looks like; the background and the count once a scene, with the first such object."""
     facts = []
     for row, image_id in enumerate(split.image_ids):
         if image_id not in scenes:
@@ -49,13 +52,15 @@ def attribute_facts(split: Split, scenes: dict[int, Scene], attributes: Sequence
         for k, obj in enumerate(unique):
             others = tuple(o for o in scene.objects if o.id != obj.id)
             facts += [AttributeFact(row, obj, attribute, others, scene.background) for attribute in attributes
-                      if attribute != "background" or k == 0]
+                      if attribute not in SCENE_ATTRIBUTES or k == 0]
     return facts
 
 
 def attribute_pair(fact: AttributeFact, rng: random.Random) -> tuple[str, str]:
     """The fact stated, and the same words with the attribute changed (false of the scene)."""
     obj, attribute = fact.subject, fact.attribute
+    if attribute == "count":  # the scene's objects counted, none named
+        return _count_pair(1 + len(fact.others), rng)
     color = lexicon.COLOR_WORDS[obj.color][0] if rng.random() < 0.8 else rng.choice(lexicon.COLOR_WORDS[obj.color])
     shape = rng.choice(lexicon.SHAPES[obj.shape])
     if attribute == "size":
@@ -80,6 +85,15 @@ def attribute_pair(fact: AttributeFact, rng: random.Random) -> tuple[str, str]:
     if fact.others and lead and rng.random() < 0.5:
         closing = " and " + ", ".join(_named(o, rng) for o in fact.others)
     return (f"{lead}{article(true)} {true}{closing}", f"{lead}{article(false)} {false}{closing}")
+
+
+def _count_pair(count: int, rng: random.Random) -> tuple[str, str]:
+    other = rng.choice([n for n in lexicon.NUMBER_WORDS if n != count])
+    noun, lead = rng.choice(("shape", "object")), rng.choice(COUNT_LEADS)
+    if lead == "there are " and 1 in (count, other):
+        lead = ""  # "there are one shape" is not a sentence the captions would make
+    true, false = (f"{lexicon.NUMBER_WORDS[n]} {noun}{'s' if n > 1 else ''}" for n in (count, other))
+    return f"{lead}{true}", f"{lead}{false}"
 
 
 def _named(obj: WorldObject, rng: random.Random) -> str:

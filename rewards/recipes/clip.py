@@ -157,10 +157,10 @@ class TrainClipConfig(RecipeConfig):
     text_lr: float = option(5e-4, help="text stage: peak learning rate of each phase (cosine to 0, no warmup; the "
                             "roles phase holds it)", above=0)
     text_attributes: list[str] = option(
-        factory=list, help="text stage: attributes (size, color, place, texture, background) whose pairs join the "
-        "pairs and negclip phases: one object's attribute, or the scene's background, stated against the same words "
-        "with it changed (\"a small red disc\" / \"a large red disc\"), the true one to beat the other against the "
-        "image (rewards/recipes/attribute_facts.py)")
+        factory=list, help="text stage: attributes (size, color, place, texture, background, count) whose pairs "
+        "join the pairs and negclip phases: one object's attribute, or the scene's background or count, stated "
+        "against the same words with it changed (\"a small red disc\" / \"a large red disc\", \"three shapes\" / "
+        "\"two shapes\"), the true one to beat the other against the image (rewards/recipes/attribute_facts.py)")
     text_long_statements: float = option(
         0.0, help="text stage: the share of relation statements worded as the long captions word them (\"A big red "
         "disc with a striped pattern. It is above the small blue star.\"); the rest as short captions", at_least=0,
