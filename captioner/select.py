@@ -100,7 +100,7 @@ def _report_run(run: Path, by: str, mode: str | None) -> Selection:
     return chosen
 
 
-def _report_sweep(sweep: Path, by: str, mode: str | None) -> Selection:
+def _report_sweep(sweep: Path, by: str, mode: str | None) -> tuple[Selection, list[Selection]]:
     chosen, per_run = select_across(sweep_runs(sweep), by, mode)
     columns = metric_columns([s.record for s in per_run])
     rows = [[s.run.name + (" *" if s is chosen else ""), str(s.record["epoch"])]
@@ -109,7 +109,7 @@ def _report_sweep(sweep: Path, by: str, mode: str | None) -> Selection:
     print(format_table(["run", "epoch", *columns], rows))
     print(f"\nfull metric row of {chosen.run.name}, epoch {chosen.record['epoch']}:")
     print("\n".join(f"  {c}: {format_value(chosen.record[c])}" for c in columns if c in chosen.record))
-    return chosen
+    return chosen, per_run
 
 
 @dataclass
@@ -118,6 +118,10 @@ class SelectConfig:
     sweep: str | None = option(None, help="a sweep directory (captioner.sweep): one run folder per point")
     by: str | None = option(None, help="metric to select by (default: cider for --run, specs for --sweep)")
     mode: Literal["auto", "max", "min"] = option("auto", help="auto: the metric's own direction (losses: min)")
+    paired: bool = option(False, help="with --sweep: score every run's chosen epoch's val captions per image with the "
+                          "chosen run's metric, and give each run's difference to the chosen one with a 95%% bootstrap "
+                          "interval and an exact sign test over the images (captioner/paired_runs.py): whether the "
+                          "choice is more than these images' chance")
 
 
 @command
@@ -128,13 +132,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ConfigError("select needs exactly one of --run DIR and --sweep DIR")
     by = cfg.by or ("cider" if cfg.run else "specs")
     mode = None if cfg.mode == "auto" else cfg.mode
-    chosen = _report_run(Path(cfg.run), by, mode) if cfg.run else _report_sweep(Path(cfg.sweep), by, mode)
+    if cfg.paired and not cfg.sweep:
+        raise ConfigError("--paired compares the runs of a sweep; give --sweep DIR")
+    paired: list[dict] | None = None
+    if cfg.run:
+        chosen = _report_run(Path(cfg.run), by, mode)
+    else:
+        chosen, per_run = _report_sweep(Path(cfg.sweep), by, mode)
+        if cfg.paired:
+            from captioner import paired_runs  # it reads runs through captioner.report, which imports this module
+
+            compared = paired_runs.paired_runs(chosen, [s for s in per_run if s is not chosen], by, mode)
+            print("\n" + paired_runs.format_paired(chosen, compared, by) + "\n")
+            paired = paired_runs.paired_records(compared)
     ckpt = chosen.checkpoint
     print(f"best by {by}: {chosen.run} epoch {chosen.record['epoch']} ({chosen.record[by]:.4f})"
           + (f"; checkpoint {ckpt}" if ckpt else "; its checkpoint was pruned"))
     print(json.dumps({"run": str(chosen.run), "by": by, "epoch": chosen.record["epoch"], "value": chosen.record[by],
                       "checkpoint": str(ckpt) if ckpt else None,
-                      "metrics": {c: chosen.record[c] for c in metric_columns([chosen.record])}}))
+                      "metrics": {c: chosen.record[c] for c in metric_columns([chosen.record])},
+                      **({"paired": paired} if paired is not None else {})}))
     return 0
 
 

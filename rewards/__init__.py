@@ -11,6 +11,7 @@ from plumbing.ptb import ptb_tokenize
 from plumbing.references import load_predictions, load_references
 from rewards.bank import RewardBank, RewardOutput, available_rewards, make_reward, register_reward
 from rewards.context import ScoringContext, ScoringSettings
+from rewards.meta.paired import sign_test
 from rewards.normalize import Normalize, RewardNormalizer
 from rewards.suite import (
     MetricSpec,
@@ -26,5 +27,5 @@ __all__ = [
     "MetricSpec", "MetricSuite", "Normalize", "RewardBank", "RewardNormalizer", "RewardOutput", "ScoringContext",
     "ScoringSettings", "SuiteResult",
     "available_metrics", "available_rewards", "document_frequency", "higher_is_better", "load_predictions",
-    "load_references", "make_reward", "ptb_tokenize", "register_metric", "register_reward", "save_df",
+    "load_references", "make_reward", "ptb_tokenize", "register_metric", "register_reward", "save_df", "sign_test",
 ]

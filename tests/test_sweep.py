@@ -127,6 +127,32 @@ def test_select_across_the_sweep_prints_the_winner_with_its_row(killed_and_resum
     assert select_cli.main(["--sweep", str(sweep / "nope")]) == 2
 
 
+def test_paired_selection_rescores_each_runs_captions_per_image(killed_and_resumed, capsys):
+    """--paired: every other run's chosen epoch against the chosen one on the same val images; the
+    per-image CIDEr means are the logged corpus values, and the interval holds the mean difference."""
+    sweep = killed_and_resumed["dir"]
+    capsys.readouterr()
+    assert select_cli.main(["--sweep", str(sweep), "--by", "cider", "--paired"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert "95% bootstrap interval" in out and len(result["paired"]) == 2
+    assert result["paired"][0]["chosen_rescored"] == pytest.approx(result["value"], rel=1e-9)
+    for row in result["paired"]:
+        records = [json.loads(line) for line in (sweep / row["run"] / "metrics.jsonl").read_text().splitlines()]
+        logged = next(r["cider"] for r in records if r["epoch"] == row["epoch"])
+        assert row["rescored"] == pytest.approx(logged, rel=1e-9)
+        assert row["difference"] == pytest.approx(row["chosen_rescored"] - row["rescored"], abs=1e-9)
+        assert row["low"] <= row["difference"] <= row["high"] and row["difference"] >= 0  # the chosen is the best
+        assert row["chosen_ahead"] + row["run_ahead"] <= row["images"] and 0 < row["p"] <= 1
+    assert select_cli.main(["--sweep", str(sweep), "--by", "repeat_2", "--paired"]) == 0  # lower is better
+    for row in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["paired"]:
+        assert row["difference"] == pytest.approx(row["rescored"] - row["chosen_rescored"], abs=1e-9)
+    assert select_cli.main(["--run", str(sweep / "alpha_0"), "--paired"]) == 2
+    assert "--paired compares the runs of a sweep" in capsys.readouterr().err
+    assert select_cli.main(["--sweep", str(sweep), "--by", "val_loss", "--paired"]) == 2
+    assert "val_loss is a loss" in capsys.readouterr().err
+
+
 def test_report_names_the_choice_and_scores_samples_with_every_reward(killed_and_resumed):
     run = killed_and_resumed["second"]
     assert report_cli.main(["--run", str(run), "--by", "bleu_4", "--samples", "3"]) == 0
