@@ -14,13 +14,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from captioner.inference import score_captions
 from captioner.report import load_run_config, read_samples
 from captioner.select import LOSSES, Selection, metric_mode
-from captioner.train_config import TrainConfig
+from captioner.train_config import scoring_context
 from plumbing.errors import ConfigError, DataError
 from plumbing.tables import format_table
-from rewards import sign_test
+from rewards import MetricSuite, sign_test
 
 RESAMPLES = 2000  # bootstrap draws of the images; the interval's ends move by about 0.1 of a standard error
 
@@ -40,10 +39,9 @@ class PairedRun:
     p: float              # exact two-sided sign test over those images
 
 
-def per_image(selection: Selection, cfg: TrainConfig, by: str) -> dict[int, float]:
-    """The run's val captions of its chosen epoch, scored by `by` with the scoring settings of `cfg`."""
-    captions = read_samples(selection.run, selection.record["epoch"])
-    result = score_captions(captions, cfg, [by])
+def per_image(selection: Selection, suite: MetricSuite, references: dict[int, list[str]], by: str) -> dict[int, float]:
+    """The run's val captions of its chosen epoch, scored by `by`."""
+    result = suite.score(read_samples(selection.run, selection.record["epoch"]), references)
     if by not in result.per_item:
         raise DataError(f"{selection.run}: {by} could not be scored ({result.skipped.get(by, 'no per-image values')})")
     return result.per_item[by]
@@ -51,25 +49,27 @@ def per_image(selection: Selection, cfg: TrainConfig, by: str) -> dict[int, floa
 
 def paired_runs(chosen: Selection, others: Sequence[Selection], by: str, mode: str | None = None,
                 seed: int = 0) -> list[PairedRun]:
-    """Each other run against the chosen one on the same val images, all judged by the chosen run's metric
-    settings (its config's references, CIDEr df and reward models)."""
+    """Each other run against the chosen one on the same val images, all judged by one metric built from the
+    chosen run's settings (its config's references, CIDEr df and reward models), loaded once."""
     if by in LOSSES:
         raise ConfigError(f"--paired compares per-image scores of a metric; {by} is a loss, logged per epoch only")
     sign = 1.0 if metric_mode(by, mode) == "max" else -1.0
-    cfg = load_run_config(chosen.run)
-    mine = per_image(chosen, cfg, by)
+    context = scoring_context(load_run_config(chosen.run))
     compared = []
-    for other in others:
-        theirs = per_image(other, cfg, by)
-        if set(theirs) != set(mine):
-            raise DataError(f"{other.run}: its samples of epoch {other.record['epoch']} cover other val images than "
-                            f"{chosen.run}'s ({len(set(theirs) ^ set(mine))} differ); runs of one sweep share them")
-        ids = sorted(mine)
-        difference = sign * (np.array([mine[i] for i in ids]) - np.array([theirs[i] for i in ids]))
-        low, high = bootstrap_interval(difference, seed)
-        ahead, behind = int((difference > 0).sum()), int((difference < 0).sum())
-        compared.append(PairedRun(other.run.name, other.record["epoch"], len(ids), _mean(theirs), _mean(mine),
-                                  float(difference.mean()), low, high, ahead, behind, sign_test(ahead, behind)))
+    with MetricSuite([by], context) as suite:
+        mine = per_image(chosen, suite, context.references, by)
+        for other in others:
+            theirs = per_image(other, suite, context.references, by)
+            if set(theirs) != set(mine):
+                raise DataError(f"{other.run}: its samples of epoch {other.record['epoch']} cover other val images "
+                                f"than {chosen.run}'s ({len(set(theirs) ^ set(mine))} differ); runs of one sweep "
+                                "share them")
+            ids = sorted(mine)
+            difference = sign * (np.array([mine[i] for i in ids]) - np.array([theirs[i] for i in ids]))
+            low, high = bootstrap_interval(difference, seed)
+            ahead, behind = int((difference > 0).sum()), int((difference < 0).sum())
+            compared.append(PairedRun(other.run.name, other.record["epoch"], len(ids), _mean(theirs), _mean(mine),
+                                      float(difference.mean()), low, high, ahead, behind, sign_test(ahead, behind)))
     return compared
 
 
