@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 
 from plumbing.errors import ConfigError
 
@@ -40,9 +41,9 @@ def compare_outcomes(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> 
             for group in groups}
 
 
-def parse_pairs(spec: str, metrics: list[str] | None, skipped: dict[str, str] | None = None) -> list[tuple[str, str]]:
+def parse_pairs(spec: str, metrics: Sequence[str], skipped: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """'specs:clip_s,l_clip_s:clip_s' -> [(specs, clip_s), (l_clip_s, clip_s)]. Each name must be one of
-    `metrics` (None: any name; the syntax alone is checked); a `skipped` metric is named with its reason."""
+    `metrics`; a `skipped` metric is named with its reason."""
     pairs = []
     for item in (part.strip() for part in spec.split(",")):
         names = [name.strip() for name in item.split(":")]
@@ -51,7 +52,7 @@ def parse_pairs(spec: str, metrics: list[str] | None, skipped: dict[str, str] | 
         for name in names:
             if skipped and name in skipped:
                 raise ConfigError(f"compare: {item!r}: {name} was skipped ({skipped[name]})")
-            if metrics is not None and name not in metrics:
+            if name not in metrics:
                 raise ConfigError(f"compare: {item!r}: {name!r} is not among the scored metrics "
                                 f"({', '.join(metrics) or 'none'})")
         pairs.append((names[0], names[1]))
