@@ -58,23 +58,22 @@ def paired_runs(chosen: Selection, others: Sequence[Selection], by: str, mode: s
     compared = []
     with MetricSuite([by], context) as suite:
         mine = per_image(chosen, suite, context.references, by)
+        ids = sorted(mine)
+        my_values = np.array([mine[i] for i in ids])
         for other in others:
             theirs = per_image(other, suite, context.references, by)
-            if set(theirs) != set(mine):
+            if theirs.keys() != mine.keys():
                 raise DataError(f"{other.run}: its samples of epoch {other.record['epoch']} cover other val images "
-                                f"than {chosen.run}'s ({len(set(theirs) ^ set(mine))} differ); runs of one sweep "
+                                f"than {chosen.run}'s ({len(theirs.keys() ^ mine.keys())} differ); runs of one sweep "
                                 "share them")
-            ids = sorted(mine)
-            difference = sign * (np.array([mine[i] for i in ids]) - np.array([theirs[i] for i in ids]))
+            their_values = np.array([theirs[i] for i in ids])
+            difference = sign * (my_values - their_values)
             low, high = bootstrap_interval(difference, seed)
             ahead, behind = int((difference > 0).sum()), int((difference < 0).sum())
-            compared.append(PairedRun(other.run.name, other.record["epoch"], len(ids), _mean(theirs), _mean(mine),
-                                      float(difference.mean()), low, high, ahead, behind, sign_test(ahead, behind)))
+            compared.append(PairedRun(other.run.name, other.record["epoch"], len(ids), float(their_values.mean()),
+                                      float(my_values.mean()), float(difference.mean()), low, high, ahead, behind,
+                                      sign_test(ahead, behind)))
     return compared
-
-
-def _mean(values: dict[int, float]) -> float:
-    return float(np.mean(list(values.values())))
 
 
 def bootstrap_interval(values: np.ndarray, seed: int = 0, resamples: int = RESAMPLES) -> tuple[float, float]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
 from plumbing.atomic import write_json
-from plumbing.config import apply_overrides, build, load_yaml, merge, read_yaml
+from plumbing.config import apply_overrides, build, field_default, load_yaml, merge, read_yaml
 from plumbing.errors import RlcapError
 
 T = TypeVar("T")
@@ -75,9 +75,7 @@ def field_flags(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[tuple[Field
             continue
         if not meta.get("flag", True) or not _flaggable(tp):
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        yield FieldFlag((*prefix, f.name), tp, meta.get("help", ""), default), f
+        yield FieldFlag((*prefix, f.name), tp, meta.get("help", ""), field_default(f)), f
 
 
 def _add_flag(parser: argparse.ArgumentParser, item: tuple[FieldFlag, dataclasses.Field]) -> None:

@@ -63,6 +63,13 @@ def option(default: Any = dataclasses.MISSING, *, help: str, factory: Callable[[
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def field_default(f: dataclasses.Field) -> Any:
+    """A config field's default value (its factory's product for a list or dict), or None when it has none."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+
 def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 

@@ -129,9 +129,9 @@ def write_world_foils(cfg: WorldFoilsConfig) -> dict:
 
 def run_task(task: str, cfg: MetaEvalConfig) -> dict:
     require_keys(cfg, ("data",), task)
-    if cfg.compare and task not in OUTCOME_TASKS:
-        raise ConfigError(f"compare: the {task} task has no per-item outcomes to compare (foil and pairs have)")
     if cfg.compare:  # a misspelt pair fails here, before any model loads
+        if task not in OUTCOME_TASKS:
+            raise ConfigError(f"compare: the {task} task has no per-item outcomes to compare (foil and pairs have)")
         parse_pairs(cfg.compare, resolve_names(cfg.metrics))
     entries = load_entries(cfg.data)  # read and checked before the metrics load their models
     references = load_references(cfg.references) if cfg.references else None

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import MISSING, asdict, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from types import MethodType
 
 import torch
 
 from plumbing.atomic import atomic_path, to_json, write_text
+from plumbing.config import field_default
 from plumbing.errors import ConfigError
 from plumbing.jsonl import read_jsonl
 
@@ -86,13 +87,7 @@ def _refuse_if_started_elsewhere(cfg, out: Path, summary: dict) -> None:
 
 def _field_defaults(cfg) -> dict:
     """Each setting's default, as a summary writes settings (JSON values)."""
-    defaults = {}
-    for field in fields(cfg):
-        if field.default is not MISSING:
-            defaults[field.name] = field.default
-        elif field.default_factory is not MISSING:
-            defaults[field.name] = field.default_factory()
-    return json.loads(json.dumps(defaults))
+    return json.loads(json.dumps({f.name: field_default(f) for f in fields(cfg)}))
 
 
 def lock(tower: torch.nn.Module) -> None:
