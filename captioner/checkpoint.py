@@ -15,10 +15,12 @@ import yaml
 
 from captioner.vocab import Vocab
 from plumbing.atomic import write_json
+from plumbing.cli import one_line
 from plumbing.config import to_dict
 from plumbing.errors import DataError, RlcapError
 
 STATE_FILE = "trainer_state.json"
+RNG_STATE = "random_states_{}.pkl"  # accelerate's name for each process's RNG state
 # The tied output embedding is saved once; accelerate warns about it on every save.
 logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
 
@@ -142,6 +144,61 @@ def load_weights(model, path: Path, what: str) -> None:
         raise DataError(f"{what} {weights}: corrupt or truncated safetensors file ({exc})") from None
     except RuntimeError as exc:
         raise DataError(f"{what} {path}: weights do not fit this model config: {exc}") from None
+
+
+def check_state_files(path: Path, process_index: int, without_rng_state: bool = False) -> str | None:
+    """Read every state file of a checkpoint before accelerate does. accelerate stops at the first file
+    it cannot read with a message that names none, and goes on without a word when the RNG state does
+    not load, which leaves the resumed run unable to repeat its draws. Here each file is read as
+    accelerate will read it (safetensors, or torch.load with weights_only=True) and a failure is a
+    DataError naming it; an unusable RNG state is allowed only with `without_rng_state`, and then the
+    returned note says so (the run's log keeps it)."""
+    own_rng = path / RNG_STATE.format(process_index)
+    for file in sorted(path.iterdir()):
+        if file.name.startswith("random_states_"):
+            continue
+        if file.suffix == ".safetensors":
+            _read_safetensors(file)
+        elif file.suffix in (".bin", ".pt", ".pkl"):
+            _read_torch_state(file)
+    try:
+        if not own_rng.is_file():
+            raise DataError(f"{own_rng}: missing; this checkpoint has no RNG state for process {process_index}")
+        _read_torch_state(own_rng)
+    except DataError as exc:
+        if not without_rng_state:
+            raise DataError(f"cannot resume reproducibly: {exc}; resume from another checkpoint, or go on without "
+                            "the saved random state with --resume-without-rng-state (the run will not repeat the "
+                            "draws it would have made)") from None
+        return f"resumed from {path} without its RNG state ({exc}); from here the run's draws are not reproducible"
+    return None
+
+
+def _read_safetensors(file: Path) -> None:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        load_file(str(file))
+    except (SafetensorError, OSError) as exc:
+        raise DataError(f"{file}: corrupt or truncated safetensors file ({one_line(exc, 200)})") from None
+
+
+def _read_torch_state(file: Path) -> None:
+    import pickle
+
+    from accelerate.utils import load
+
+    try:
+        load(str(file), map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        if "weights_only" in str(exc) or "Weights only load failed" in str(exc):
+            raise DataError(f"{file}: refused by the safe loader (torch.load weights_only=True): it holds objects "
+                            "other than tensors and plain data, which are never unpickled here") from None
+        raise DataError(f"{file}: corrupt or truncated state file ({one_line(exc, 200)})") from None
+    except (EOFError, RuntimeError, ValueError, OSError, KeyError, AttributeError, IndexError) as exc:
+        why = f"{type(exc).__name__}: {one_line(exc, 200)}"
+        raise DataError(f"{file}: corrupt or truncated state file ({why})") from None
 
 
 def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:

@@ -36,7 +36,7 @@ class EvaluateConfig:
     split: str = option("test", help="the split to decode")
     decode: DecodeConfig = option(factory=DecodeConfig, help="decoding options", flatten=True)
     out: str = option("", help="results JSON (COCO results format); scores go beside it (.scores.json)")
-    metrics: str | None = option(None, help="comma list (default: the run's eval.metrics)")
+    metrics: str | None = option(None, help="comma list (default: the run's eval.metrics)", comma_list=True)
     data: DataPaths = option(factory=DataPaths, help="the run's data paths to replace (--set data.feats=...)")
 
     def run_overrides(self) -> list[str]:

@@ -18,19 +18,21 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from plumbing.atomic import atomic_path, write_json
+from plumbing.atomic import write_json
 from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import dump_config, option, require_keys, to_dict
 from plumbing.errors import DataError
+from plumbing.hdf5 import write_h5
 from plumbing.karpathy import ImageEntry, load_dataset
 from plumbing.locks import hold_lock, release_lock
 from plumbing.ptb import ptb_tokenize
+from plumbing.staged import recover, staged_folder
 from rewards import document_frequency, save_df
 
 UNK = "UNK"
@@ -88,7 +90,7 @@ def encode_labels(tokens: list[list[list[str]]], vocab: list[str], max_len: int)
 
 
 def write_labels(path: Path, arrays: dict[str, np.ndarray], entries: list[ImageEntry], vocab_size: int) -> None:
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as h5:
+    def fill(h5: h5py.File) -> None:
         for name, array in arrays.items():
             h5.create_dataset(name, data=array)
         h5.create_dataset("image_ids", data=np.asarray([e.image_id for e in entries], dtype=np.int64))
@@ -96,6 +98,8 @@ def write_labels(path: Path, arrays: dict[str, np.ndarray], entries: list[ImageE
         h5.attrs["max_len"] = arrays["labels"].shape[1]
         h5.attrs["vocab_size"] = vocab_size
         h5.attrs["label_ix_base"] = 1
+
+    write_h5(path, fill)
 
 
 OUTPUTS = ("labels.h5", "vocab.json", "refs.json", "cider_df.json.gz", "prepro_config.yaml")
@@ -121,35 +125,63 @@ def is_complete(cfg: PreproConfig) -> bool:
 def prepro(cfg: PreproConfig) -> Path:
     require_keys(cfg, ("dataset", "out"), "prepro")
     entries = load_dataset(cfg.dataset)
-    tokens = tokenize_captions(entries)
-    warn_empty_captions(cfg.dataset, entries, tokens)
+    entries, tokens = drop_empty_captions(cfg.dataset, entries, tokenize_captions(entries))
     vocab = build_vocab(cfg.dataset, entries, tokens, cfg.min_count)
     out = Path(cfg.out)
-    hold_lock(out / ".lock", f"prepro output {out}")
-    # The outputs change one by one from here: no manifest means no complete set until the end.
-    (out / MANIFEST).unlink(missing_ok=True)
-    write_labels(out / "labels.h5", encode_labels(tokens, vocab, cfg.max_len), entries, len(vocab))
-    write_json(out / "vocab.json", {
-        "ix_to_word": {str(i + 1): w for i, w in enumerate(vocab)}, "unk": UNK, "pad_ix": 0,
-        "min_count": cfg.min_count, "max_len": cfg.max_len, "tokenizer": TOKENIZER,
-    })
-    write_json(out / "refs.json", {str(e.image_id): e.raw_captions for e in entries})
-    train_docs = (caps for e, caps in zip(entries, tokens, strict=True) if e.split == "train")
-    df, n_docs = document_frequency(train_docs)
-    save_df(out / "cider_df.json.gz", df, n_docs, TOKENIZER)
-    dump_config(cfg, out / "prepro_config.yaml")
-    write_json(out / MANIFEST, {"config": to_dict(cfg), "dataset": _stamp(Path(cfg.dataset)),
-                                "files": {name: _stamp(out / name) for name in OUTPUTS}}, indent=1)
-    release_lock(out / ".lock")
+    hold_lock(out.with_name(out.name + ".lock"), f"prepro output {out}")
+    # The new set is built beside a finished one and swapped in whole: a failed --force keeps the old.
+    with staged_folder(out) as stage:
+        write_labels(stage / "labels.h5", encode_labels(tokens, vocab, cfg.max_len), entries, len(vocab))
+        write_json(stage / "vocab.json", {
+            "ix_to_word": {str(i + 1): w for i, w in enumerate(vocab)}, "unk": UNK, "pad_ix": 0,
+            "min_count": cfg.min_count, "max_len": cfg.max_len, "tokenizer": TOKENIZER,
+        })
+        write_json(stage / "refs.json", {str(e.image_id): e.raw_captions for e in entries})
+        train_docs = (caps for e, caps in zip(entries, tokens, strict=True) if e.split == "train")
+        df, n_docs = document_frequency(train_docs)
+        save_df(stage / "cider_df.json.gz", df, n_docs, TOKENIZER)
+        dump_config(cfg, stage / "prepro_config.yaml")
+        write_json(stage / MANIFEST, {"config": to_dict(cfg), "dataset": _stamp(Path(cfg.dataset)),
+                                      "files": {name: _stamp(stage / name) for name in OUTPUTS}}, indent=1)
+    release_lock(out.with_name(out.name + ".lock"))
     return out
 
 
-def warn_empty_captions(dataset: str, entries: list[ImageEntry], tokens: list[list[list[str]]]) -> None:
-    """Captions with no words left after tokenisation (only punctuation) train the model on nothing."""
-    empty = [e.image_id for e, caps in zip(entries, tokens, strict=True) for cap in caps if not cap]
-    if empty:
-        print(f"warning: {dataset}: {len(empty)} caption(s) have no words after tokenisation (punctuation only?), "
-              f"in image ids {sorted(set(empty))[:10]}", file=sys.stderr)
+def drop_empty_captions(dataset: str, entries: list[ImageEntry],
+                        tokens: list[list[list[str]]]) -> tuple[list[ImageEntry], list[list[list[str]]]]:
+    """Captions with no words after tokenisation (punctuation only) would teach an image to say nothing:
+    they leave the labels and the references, counted and named; an image left with none leaves the
+    set, and a split left with no image is an error."""
+    kept_entries, kept_tokens, emptied, dropped = [], [], [], []
+    for entry, caps in zip(entries, tokens, strict=True):
+        keep = [k for k, cap in enumerate(caps) if cap]
+        if len(keep) < len(caps):
+            emptied.append((entry.image_id, len(caps) - len(keep)))
+        if not keep:
+            dropped.append(entry)
+            continue
+        kept_entries.append(replace(entry, raw_captions=[entry.raw_captions[k] for k in keep]))
+        kept_tokens.append([caps[k] for k in keep])
+    if emptied:
+        count = sum(n for _, n in emptied)
+        ids = ", ".join(str(i) for i, _ in emptied[:5]) + (", ..." if len(emptied) > 5 else "")
+        print(f"warning: {dataset}: dropped {count} caption(s) with no words after tokenisation (punctuation "
+              f"only?) from {len(emptied)} image(s), ids {ids}", file=sys.stderr)
+    if dropped:
+        print(f"warning: {dataset}: {len(dropped)} image(s) have no caption left and are left out of the labels "
+              f"and references, ids {', '.join(str(e.image_id) for e in dropped[:5])}"
+              + (", ..." if len(dropped) > 5 else ""), file=sys.stderr)
+        _check_splits_kept(dataset, entries, kept_entries, dropped)
+    return kept_entries, kept_tokens
+
+
+def _check_splits_kept(dataset: str, before: list[ImageEntry], after: list[ImageEntry],
+                       dropped: list[ImageEntry]) -> None:
+    emptied = sorted({e.split for e in before} - {e.split for e in after})
+    if emptied:
+        ids = [e.image_id for e in dropped if e.split == emptied[0]][:5]
+        raise DataError(f"{dataset}: every image of split {emptied[0]!r} has only captions with no words after "
+                        f"tokenisation (e.g. image ids {ids}); nothing of that split is left to train or score on")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
 @command
 def main(argv: Sequence[str] | None = None) -> int:
     cfg, args = parse_config(PreproConfig, build_parser(), argv)
+    if cfg.out:
+        recover(Path(cfg.out))
     if not args.force and is_complete(cfg):
         print(f"{cfg.out} is up to date with {cfg.dataset}; nothing to do (--force to redo)")
         return 0

@@ -10,6 +10,7 @@ latest` continues an interrupted run exactly where it stopped.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from tqdm import tqdm
 
 from captioner.checkpoint import (
     TrainerState,
+    check_state_files,
     config_differences,
     load_weights,
     read_checkpoint,
@@ -185,7 +187,8 @@ def _isolated_rng_iter(loader):
 class Trainer:
     """Holds what one run needs; `fit` is the loop, read top to bottom."""
 
-    def __init__(self, cfg: TrainConfig, resume: str | None = None, progress: bool = True):
+    def __init__(self, cfg: TrainConfig, resume: str | None = None, progress: bool = True,
+                 without_rng_state: bool = False):
         self.cfg, self.progress = cfg, progress
         self.run_dir = Path(cfg.run.out_dir) / cfg.run.name
         self.accelerator = Accelerator(
@@ -229,7 +232,12 @@ class Trainer:
             cfg.optim.warmup_steps, total, cfg.optim.schedule, cfg.optim.min_lr_ratio))
         self.model, self.optimizer, self.train_loader, self.val_loader, self.scheduler = self.accelerator.prepare(
             model, optimizer, train_loader, val_loader, scheduler)
+        # None, or why this run's draws are no longer reproducible: kept in its first epoch's record
+        self.resume_note = None
         if ckpt:
+            self.resume_note = check_state_files(ckpt, self.accelerator.process_index, without_rng_state)
+            if self.resume_note and self.accelerator.is_main_process:
+                print(f"warning: {self.resume_note}", file=sys.stderr, flush=True)
             load_training_state(self.accelerator, ckpt)
         self.suite = MetricSuite(cfg.eval.metrics, self.scoring) if self.accelerator.is_main_process else None
         if self.suite is not None:
@@ -378,6 +386,8 @@ class Trainer:
             self.state.best_score, self.state.best_epoch = score, epoch
         record = {"epoch": epoch, "stage": self.state.stage, "step": self.state.global_step, "train_loss": train_loss,
                   **metrics, "seconds": round(seconds, 1)}
+        if self.resume_note:
+            record["resume_note"], self.resume_note = self.resume_note, None
         self.log.scalars({f"val/{k}": v for k, v in metrics.items()}, self.state.global_step)
         self.log.text("samples", self._sample_table(), self.state.global_step)
         self.log.samples(epoch, self.val_captions)
@@ -402,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = config_parser(TrainConfig, "python -m captioner.train", __doc__)
     parser.add_argument("--resume", help="'latest' (this run's last checkpoint), 'auto' (latest if there is one, "
                         "else start) or a checkpoint directory")
+    parser.add_argument("--resume-without-rng-state", action="store_true",
+                        help="resume even when the checkpoint's RNG state is missing, corrupt or refused by the safe "
+                        "loader: the run goes on from a fresh random state (not reproducible) and its next "
+                        "metrics.jsonl record says so")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs and CI)")
     return parser
 
@@ -412,7 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key in ("labels", "vocab", "refs", "feats"):
         if not getattr(cfg.data, key):
             raise ConfigError(f"config key 'data.{key}' is required")
-    trainer = Trainer(cfg, args.resume, progress=not args.no_progress)
+    trainer = Trainer(cfg, args.resume, progress=not args.no_progress,
+                      without_rng_state=args.resume_without_rng_state)
     state = trainer.fit()
     if trainer.accelerator.is_main_process:
         print(f"done: best {cfg.eval.select_by} {state.best_score} at epoch {state.best_epoch}; "

@@ -7,19 +7,22 @@ with the same backbone continues from it, a run with another backbone refuses it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from plumbing.atomic import partial_path
+from plumbing.atomic import disk_full, ensure_free_space, partial_path
 from plumbing.errors import DataError
+from plumbing.hdf5 import abandon, is_disk_full
 
 IDENTITY_ATTRS = ("backbone", "fingerprint")
+METADATA_ROOM = 1 << 20  # free bytes kept beyond an append's rows and chunks, for HDF5's own records
 
 
 class FeatureWriter:
@@ -34,8 +37,10 @@ class FeatureWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.h5 = self._resume() if self.partial.exists() else None
         if self.h5 is None:
+            ensure_free_space(self.partial, METADATA_ROOM)
             self.h5 = h5py.File(self.partial, "w")
-            self._create()
+            with self._disk_guard(METADATA_ROOM):
+                self._create()
 
     def _resume(self) -> h5py.File | None:
         """The partial file of an interrupted run, checked before it is continued. One that does
@@ -92,22 +97,44 @@ class FeatureWriter:
 
     def append(self, image_ids: Sequence[int], arrays: Mapping[str, np.ndarray]) -> None:
         start, stop = self.count, self.count + len(image_ids)
-        # Columns first, ids last: a crash mid-append leaves ids that only count complete rows.
-        for name in self.columns:
-            self.h5[name].resize(stop, axis=0)
-            self.h5[name][start:stop] = arrays[name]
-        self.h5["image_ids"].resize(stop, axis=0)
-        self.h5["image_ids"][start:stop] = np.asarray(image_ids, dtype=np.int64)
-        self.h5.flush()
+        need = self._bytes_needed(arrays, len(image_ids))
+        ensure_free_space(self.partial, need)  # HDF5 must never meet a full disk (plumbing.hdf5)
+        with self._disk_guard(need):
+            # Columns first, ids last: a crash mid-append leaves ids that only count complete rows.
+            for name in self.columns:
+                self.h5[name].resize(stop, axis=0)
+                self.h5[name][start:stop] = arrays[name]
+            self.h5["image_ids"].resize(stop, axis=0)
+            self.h5["image_ids"][start:stop] = np.asarray(image_ids, dtype=np.int64)
+            self.h5.flush()
+
+    def _bytes_needed(self, arrays: Mapping[str, np.ndarray], rows: int) -> int:
+        """The rows' bytes, plus a whole chunk per column (HDF5 allocates chunks whole) and room for records."""
+        chunks = sum(int(np.prod(self.h5[name].chunks)) * self.h5[name].dtype.itemsize for name in self.columns)
+        return sum(int(np.asarray(a).nbytes) for a in arrays.values()) + 8 * rows + chunks + METADATA_ROOM
+
+    @contextlib.contextmanager
+    def _disk_guard(self, size: int) -> Iterator[None]:
+        """HDF5 meeting a full disk anyway: the broken partial file is removed and the error is the usual one."""
+        try:
+            yield
+        except (OSError, RuntimeError) as exc:
+            if not is_disk_full(exc):
+                raise
+            abandon(self.h5, self.partial)
+            raise disk_full(self.partial, size) from None
 
     def finish(self) -> Path:
-        self.h5.close()
+        with self._disk_guard(METADATA_ROOM):
+            self.h5.flush()
+            self.h5.close()
         os.replace(self.partial, self.path)
         return self.path
 
     def close(self) -> None:
         if self.h5.id.valid:
-            self.h5.close()
+            with self._disk_guard(METADATA_ROOM):
+                self.h5.close()
 
 
 def check_identity(h5: h5py.File, attrs: Mapping[str, object], where: Path) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,11 @@ def atomic_path(path: str | os.PathLike, keep_partial: bool = False) -> Iterator
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    data = text.encode("utf-8")
-    with _disk_full_names(path, len(data)), atomic_path(path) as tmp, open(tmp, "wb") as fh:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with disk_full_names(path, len(data)), atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
@@ -71,7 +75,7 @@ def append_line(path: str | os.PathLike, line: str) -> None:
     cut short by an interrupted append (no newline, not JSON) is dropped first, so the new line
     stands alone; a whole record that only lacks its newline is kept."""
     data = (line.rstrip("\n") + "\n").encode("utf-8")
-    with _disk_full_names(path, len(data)), open(path, "ab+") as fh:
+    with disk_full_names(path, len(data)), open(path, "ab+") as fh:
         _drop_torn_tail(fh)
         fh.write(data)
         fh.flush()
@@ -97,12 +101,27 @@ def _drop_torn_tail(fh) -> None:
 
 
 @contextlib.contextmanager
-def _disk_full_names(path: str | os.PathLike, size: int) -> Iterator[None]:
+def disk_full_names(path: str | os.PathLike, size: int) -> Iterator[None]:
     """A full disk names the file and how many bytes the write needed."""
     try:
         yield
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             exc.filename = exc.filename or str(path)
-            exc.bytes_needed = size
+            exc.bytes_needed = getattr(exc, "bytes_needed", None) or size
         raise
+
+
+def disk_full(path: str | os.PathLike, size: int) -> OSError:
+    """The error a full disk raises for `path`, with the bytes more the write needed."""
+    exc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    exc.bytes_needed = size
+    return exc
+
+
+def ensure_free_space(path: str | os.PathLike, size: int) -> None:
+    """Refuse a write of `size` bytes into `path`'s folder before it starts when the disk has less
+    free: writers that cannot fail cleanly half-way (HDF5) check first."""
+    free = shutil.disk_usage(Path(path).parent).free
+    if free < size:
+        raise disk_full(path, size - free)

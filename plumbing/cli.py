@@ -92,9 +92,15 @@ def _add_flag(parser: argparse.ArgumentParser, item: tuple[FieldFlag, dataclasse
     name = flag if isinstance(flag, str) else "--" + spec.path[-1].replace("_", "-")
     if spec.tp is bool:
         parser.add_argument(name, action=argparse.BooleanOptionalAction, **kwargs)
+    elif _repeatable(spec, f):  # a list flag given twice keeps both: `--x a --x b` is `--x a,b`
+        parser.add_argument(name, action="append", metavar="A,B,...", **kwargs)
     else:
-        metavar = "A,B,..." if typing.get_origin(spec.tp) in (list, tuple) else spec.path[-1].upper()
-        parser.add_argument(name, metavar=None if "choices" in kwargs else metavar, **kwargs)
+        parser.add_argument(name, metavar=None if "choices" in kwargs else spec.path[-1].upper(), **kwargs)
+
+
+def _repeatable(spec: FieldFlag, f: dataclasses.Field) -> bool:
+    """List fields, and text fields that hold a comma list (`option(comma_list=True)`)."""
+    return typing.get_origin(spec.tp) in (list, tuple) or bool(f.metadata.get("comma_list"))
 
 
 def _show(value: Any) -> str:
@@ -136,7 +142,12 @@ def given_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _flag_value(spec: FieldFlag, value: Any) -> Any:
-    """Flags arrive as strings: numbers are read as YAML, lists as comma lists, text stays text."""
+    """Flags arrive as strings: numbers are read as YAML, lists as comma lists (a repeated list flag
+    arrives as one string per time it was given, and they join), text stays text."""
+    if isinstance(value, list):
+        value = ",".join(value)
+        if typing.get_origin(spec.tp) not in (list, tuple):  # a comma-list text field
+            return ",".join(p.strip() for p in value.split(",") if p.strip())
     if isinstance(value, bool) or spec.tp is str or typing.get_origin(spec.tp) is Literal:
         return value
     if typing.get_origin(spec.tp) in (list, tuple):

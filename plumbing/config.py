@@ -50,14 +50,16 @@ _Loader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|F
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, factory: Callable[[], Any] | None = None,
-           flag: str | bool = True, positional: bool = False, flatten: bool = False,
+           flag: str | bool = True, positional: bool = False, flatten: bool = False, comma_list: bool = False,
            at_least: float | None = None, above: float | None = None, at_most: float | None = None) -> Any:
     """A config field that documents itself: `help` is its --help line, and the command line gets
     a flag for it (`--the-name`, or `flag`; False for none; `positional` for a bare argument).
-    A dataclass section with `flatten` gives its own fields flags without a prefix. `at_least`,
-    `above` and `at_most` bound a number (each item of a list of numbers); `build` checks them."""
+    A dataclass section with `flatten` gives its own fields flags without a prefix. A list field's
+    flag, or a text field's with `comma_list`, keeps every value when it is given more than once.
+    `at_least`, `above` and `at_most` bound a number (each item of a list of numbers); `build` checks them."""
     bounds = {k: v for k, v in (("at_least", at_least), ("above", above), ("at_most", at_most)) if v is not None}
-    metadata = {"help": help, "flag": flag, "positional": positional, "flatten": flatten, "bounds": bounds}
+    metadata = {"help": help, "flag": flag, "positional": positional, "flatten": flatten, "bounds": bounds,
+                "comma_list": comma_list}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

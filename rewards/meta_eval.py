@@ -67,7 +67,7 @@ TASKS = (*OUTCOME_TASKS, "human")
 @dataclass
 class MetaEvalConfig(ScoringSettings):
     data: str = option("", help="the JSON file of the task (formats above)")
-    metrics: str = option("all", help="'all' (every available metric) or a comma list")
+    metrics: str = option("all", help="'all' (every available metric) or a comma list", comma_list=True)
     references: str | None = option(None, help="references by image id (Karpathy dataset.json, COCO annotations "
                                     "or refs.json) for entries without 'references'")
     out: str | None = option(None, help="write the results JSON here")
@@ -76,7 +76,7 @@ class MetaEvalConfig(ScoringSettings):
         None, help="foil and pairs: metric pairs compared item by item, e.g. 'specs:clip_s,l_clip_s:clip_s'. Per "
         "kind, the items each metric of a pair judges better than the other (right where the other is wrong or "
         "tied) and the exact two-sided sign test's p-value over those items (McNemar's exact test): whether an "
-        "accuracy gap is more than these items' chance")
+        "accuracy gap is more than these items' chance", comma_list=True)
 
 
 @dataclass

@@ -38,11 +38,11 @@ class ScoreConfig(ScoringSettings):
     references: str | None = option(None, help="Karpathy dataset.json, COCO captions_*.json or prepro's refs.json "
                                     "(without: reference-free metrics only)")
     split: str | None = option(None, help="Karpathy files: use only this split's references (train/val/test)")
-    metrics: str = option("all", help="'all' or a comma list of metric names")
+    metrics: str = option("all", help="'all' or a comma list of metric names", comma_list=True)
     images: list[str] = option(factory=list, help="the predictions' images: folders or files (embeddings computed "
                                "and cached per reward model)")
     reward_model: list[str] = option(factory=list, help="KEY=open_clip:ARCH:WEIGHTS, KEY=longclip:WEIGHTS or "
-                                     "KEY=lclip:WEIGHTS (repeatable as a comma list)")
+                                     "KEY=lclip:WEIGHTS (repeat the flag, or give a comma list)")
     embeds_cache: str | None = option(None, help="where on-the-fly image embeddings are cached "
                                       "(default: ~/.cache/rlcap/embeds)")
     out: str | None = option(None, help="scores JSON to write")

@@ -29,6 +29,7 @@ from plumbing.cli import command, config_parser, parse_config
 from plumbing.config import dump_config, option, to_dict
 from plumbing.errors import ConfigError
 from plumbing.ptb import ptb_tokenize
+from plumbing.staged import recover, staged_folder
 
 SPLITS = ("train", "val", "test")
 IMAGE_DIR = "images"
@@ -81,6 +82,13 @@ def make_image(index: int, cfg: WorldConfig, images_dir: str) -> tuple[dict, dic
 def generate(cfg: WorldConfig, progress: bool = True) -> Path:
     _validate(cfg)
     out = Path(cfg.out)
+    # built beside a finished world and swapped in whole, so that a failed --force keeps the old one
+    with staged_folder(out) as stage:
+        _generate_into(stage, cfg, progress)
+    return out
+
+
+def _generate_into(out: Path, cfg: WorldConfig, progress: bool) -> None:
     images_dir = out / IMAGE_DIR
     images_dir.mkdir(parents=True, exist_ok=True)
     total = cfg.train + cfg.val + cfg.test
@@ -95,7 +103,6 @@ def generate(cfg: WorldConfig, progress: bool = True) -> Path:
     write_json(out / "scenes.json", {"image_size": cfg.image_size, "seed": cfg.seed, "images": scenes})
     dump_config(cfg, out / "world_config.yaml")
     write_json(out / "dataset.json", {"dataset": "rlcap-world", "images": entries})
-    return out
 
 
 def is_complete(cfg: WorldConfig) -> bool:
@@ -142,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
 @command
 def main(argv: Sequence[str] | None = None) -> int:
     cfg, args = parse_config(WorldConfig, build_parser(), argv)
+    if cfg.out:
+        recover(Path(cfg.out))
     if not args.force and is_complete(cfg):
         print(f"world already complete in {cfg.out} (same config); nothing to do")
         return 0
