@@ -11,9 +11,11 @@ from plumbing.atomic import atomic_path
 
 
 def plot_panels(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], xlabel: str, path: str | Path,
-                title: str = "", columns: int = 4, baselines: Mapping[str, float] | None = None) -> Path:
+                title: str = "", columns: int = 4, baselines: Mapping[str, float] | None = None,
+                errors: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None) -> Path:
     """One panel per named (x, y) series, sharing the x label, with an optional dashed reference
-    level per series (`baselines`); returns the written path."""
+    level per series (`baselines`) and an optional interval (low, high) around each point (`errors`;
+    NaN ends draw none); returns the written path."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: never needs a display
@@ -28,6 +30,11 @@ def plot_panels(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], x
     for ax, name in zip(axes.flat, names, strict=False):
         xs, ys = series[name]
         ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3)
+        if errors and name in errors:
+            lows, highs = errors[name]
+            below = [y - low if low == low else 0.0 for y, low in zip(ys, lows, strict=True)]  # NaN: none
+            above = [high - y if high == high else 0.0 for y, high in zip(ys, highs, strict=True)]
+            ax.errorbar(xs, ys, yerr=[below, above], fmt="none", capsize=3, linewidth=1)
         if baselines and name in baselines:
             ax.axhline(baselines[name], linestyle="--", color="gray", linewidth=1)
         ax.set_title(name, fontsize=9)

@@ -1,9 +1,12 @@
 """`python -m captioner.select --run DIR --by <metric>` or `--sweep DIR`: the best epoch of a run,
-or the best run and epoch of a sweep, by any metric in metrics.jsonl, with the tables behind it."""
+or the best run and epoch of a sweep, by any metric in metrics.jsonl, with the tables behind it.
+A sweep over seeds (runs `alpha_<α>_seed_<s>`) picks the α by its mean over the seeds, each seed's run
+at its own best epoch, and adds the selection regret of SPECS, CIDEr and CLIP-S (selection_regret)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +124,11 @@ class SelectConfig:
     paired: bool = option(False, help="with --sweep: score every run's chosen epoch's val captions per image with the "
                           "chosen run's metric, and give each run's difference to the chosen one with a 95%% bootstrap "
                           "interval and an exact sign test over the images (captioner/paired_runs.py): whether the "
-                          "choice is more than these images' chance")
+                          "choice is more than these images' chance; for a sweep over seeds, every α against "
+                          "the chosen one (or --against) on recall, hallucination, CIDEr and SPECS, per image "
+                          "pooled over seeds and paired by seed (captioner/paired_seeds.py)")
+    against: float | None = option(None, help="with --paired on a sweep over seeds: compare every α with this α "
+                                   "(e.g. 0, CIDEr-D alone) instead of the chosen one")
 
 
 @command
@@ -134,6 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = None if cfg.mode == "auto" else cfg.mode
     if cfg.paired and not cfg.sweep:
         raise ConfigError("--paired compares the runs of a sweep; give --sweep DIR")
+    if cfg.sweep and _seeded(sweep_runs(Path(cfg.sweep))):
+        from captioner import seeded_select  # it builds on this module
+
+        return seeded_select.report(Path(cfg.sweep), by, mode, cfg.paired, cfg.against)
+    if cfg.against is not None:
+        raise ConfigError("--against names the α that --paired compares with, in a sweep over seeds")
     paired: list[dict] | None = None
     if cfg.run:
         chosen = _report_run(Path(cfg.run), by, mode)
@@ -153,6 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "metrics": {c: chosen.record[c] for c in metric_columns([chosen.record])},
                       **({"paired": paired} if paired is not None else {})}))
     return 0
+
+
+def _seeded(runs: list[Path]) -> bool:
+    """Whether the sweep's runs are named by α and seed (alpha_<α>_seed_<s>)."""
+    return any(re.search(r"_seed_-?\d+$", run.name) for run in runs)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,17 @@
 """`python -m captioner.sweep --config configs/ablate_alpha.yaml [--set key=value]`
 
-An α sweep over a two-reward mix: for each α in `alphas`, one SCST run of
-α·reward_a + (1−α)·reward_b, every run starting from the base config's `scst.init_from` (one
-shared XE checkpoint). Runs go one after another, in this process or each under its own
+An α sweep over a two-reward mix: for each α in `alphas` (and each seed in `seeds`, when given), one
+SCST run of α·reward_a + (1−α)·reward_b, every run starting from the base config's `scst.init_from`
+(one shared XE checkpoint). Runs go one after another, in this process or each under its own
 `accelerate launch` (`launcher: accelerate`). The sweep is resumable: finished runs are skipped,
 an interrupted run continues from its last checkpoint.
 
 At the end (and with --summary-only) it writes, under <out_dir>/<name>/:
   start.json               the val metrics of the shared starting checkpoint
   summary.md, summary.csv  α against every metric, each run at its best epoch by `select_by`,
-                           below a first row for the starting checkpoint
-  alpha_metrics.png        the metrics plotted against α
+                           below a first row for the starting checkpoint; with seeds, per α the mean
+                           over the seeds and its 95% interval (Student's t), then every run
+  alpha_metrics.png        the metrics plotted against α (with seeds: the means and their intervals)
   tensorboard/             one hparams entry per run
 and prints the best run and epoch by `select_by` (as `python -m captioner.select --sweep` does).
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from captioner.checkpoint import read_checkpoint
+from captioner.seed_groups import parse_run_name, run_name
 from captioner.start import score_start
 from captioner.sweep_summary import SweepPoint, write_summary
 from captioner.train_config import TrainConfig
@@ -45,6 +47,9 @@ class SweepConfig:
     reward_a: str = option("l_clip_s", help="the reward weighted by α")
     reward_b: str = option("cider_d", help="the reward weighted by 1 − α")
     alphas: list[float] = option(factory=lambda: [0.0, 0.3, 0.5, 0.7, 1.0], help="the α values in [0, 1], one run each")
+    seeds: list[int] | None = option(None, help="run every α at each of these run.seed values, one run folder "
+                                     "alpha_<α>_seed_<s> each (summaries give the mean over seeds and its 95%% "
+                                     "interval); null: one run per α at the base config's seed, folder alpha_<α>")
     select_by: str = option("specs", help="each run's row in the summary is its best epoch by this metric")
     select_mode: Literal["auto", "max", "min"] = option("auto", help="auto: the metric's own direction")
     overrides: list[str] = option(factory=list, help="`key=value` applied to every run's config", flag=False)
@@ -53,8 +58,9 @@ class SweepConfig:
     num_processes: int = option(1, help="processes per run under `launcher: accelerate`", at_least=1)
 
 
-def run_name(alpha: float) -> str:
-    return f"alpha_{alpha:g}"
+def sweep_points(cfg: SweepConfig) -> list[tuple[float, int | None]]:
+    """(α, seed) of every run, α by α; seed None where the sweep has no seed list."""
+    return [(alpha, seed) for alpha in cfg.alphas for seed in (cfg.seeds if cfg.seeds is not None else [None])]
 
 
 def check_sweep(cfg: SweepConfig) -> None:
@@ -67,6 +73,11 @@ def check_sweep(cfg: SweepConfig) -> None:
         raise ConfigError(f"sweep config 'alphas': every α must lie in [0, 1]; got {bad}")
     if len({run_name(a) for a in cfg.alphas}) != len(cfg.alphas):
         raise ConfigError(f"sweep config 'alphas' repeats a value: {cfg.alphas}")
+    if cfg.seeds is not None and not cfg.seeds:
+        raise ConfigError("sweep config 'seeds' is empty: give at least one seed, or null for one run per α at the "
+                          "base config's seed")
+    if cfg.seeds is not None and len(set(cfg.seeds)) != len(cfg.seeds):
+        raise ConfigError(f"sweep config 'seeds' repeats a value: {cfg.seeds}")
     if cfg.reward_a == cfg.reward_b:
         raise ConfigError(f"reward_a and reward_b are both {cfg.reward_a!r}")
     known = available_rewards()
@@ -75,6 +86,28 @@ def check_sweep(cfg: SweepConfig) -> None:
         raise ConfigError(f"unknown reward {unknown[0]!r}; known rewards: {', '.join(known)}")
     if cfg.num_processes < 1:
         raise ConfigError("num_processes must be >= 1")
+
+
+def check_seed_list(cfg: SweepConfig) -> None:
+    """Run folders of this sweep made under another seed list (or without one, or with one where this
+    sweep has none) would be summarised beside these as if they were the same experiment: refused."""
+    folder = sweep_dir(cfg)
+    if not folder.is_dir():
+        return
+    wanted = set(cfg.seeds) if cfg.seeds is not None else None
+    foreign = []
+    for run in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "config.yaml").exists()):
+        parsed = parse_run_name(run.name)
+        if parsed is None:
+            continue
+        seed = parsed[1]
+        if (wanted is None) != (seed is None) or (seed is not None and seed not in wanted):
+            foreign.append(run.name)
+    if foreign:
+        listed = ", ".join(foreign[:6]) + (", ..." if len(foreign) > 6 else "")
+        now = f"seeds {cfg.seeds}" if cfg.seeds is not None else "no seed list"
+        raise ConfigError(f"{folder} holds runs from another seed list ({listed}); this sweep has {now}: move those "
+                          "runs away, give the sweep another name, or set 'seeds' to match them")
 
 
 def check_select_by(cfg: SweepConfig, start: dict) -> None:
@@ -87,10 +120,12 @@ def check_select_by(cfg: SweepConfig, start: dict) -> None:
                           f"(those of {cfg.base}): {', '.join(computed)}")
 
 
-def run_config(cfg: SweepConfig, alpha: float) -> TrainConfig:
-    """The base config with the sweep's overrides, this α's reward mix and the run's place."""
+def run_config(cfg: SweepConfig, alpha: float, seed: int | None = None) -> TrainConfig:
+    """The base config with the sweep's overrides, this α's reward mix, its seed and the run's place."""
     data = apply_overrides(read_yaml(cfg.base, TrainConfig), cfg.overrides)
-    data.setdefault("run", {}).update(name=run_name(alpha), out_dir=str(sweep_dir(cfg)))
+    data.setdefault("run", {}).update(name=run_name(alpha, seed), out_dir=str(sweep_dir(cfg)))
+    if seed is not None:
+        data["run"]["seed"] = seed
     data.setdefault("scst", {})["rewards"] = {cfg.reward_a: alpha, cfg.reward_b: round(1.0 - alpha, 10)}
     train = build(TrainConfig, data)
     if train.train.stage != "scst":
@@ -115,7 +150,7 @@ def check_same_run(run: Path, train: TrainConfig) -> None:
     if not saved_path.exists():
         return
     saved, now = read_yaml(saved_path), to_dict(train)
-    for section, key in (("scst", "rewards"), ("scst", "init_from"), ("model", None)):
+    for section, key in (("scst", "rewards"), ("scst", "init_from"), ("run", "seed"), ("model", None)):
         before = saved.get(section, {}) if key is None else saved.get(section, {}).get(key)
         after = now[section] if key is None else now[section][key]
         if before != after:
@@ -140,34 +175,36 @@ def launch(cfg: SweepConfig, config_path: Path, progress: bool) -> None:
         raise RlcapError(f"the run configured by {config_path} failed (exit {code}); re-run the sweep to resume it")
 
 
-def run_point(cfg: SweepConfig, alpha: float, index: int, progress: bool) -> SweepPoint:
-    train = run_config(cfg, alpha)
-    run = sweep_dir(cfg) / run_name(alpha)
+def run_point(cfg: SweepConfig, alpha: float, seed: int | None, index: int, progress: bool) -> SweepPoint:
+    train = run_config(cfg, alpha, seed)
+    run = sweep_dir(cfg) / run_name(alpha, seed)
     check_same_run(run, train)
-    mix = f"{alpha:g}·{cfg.reward_a} + {1 - alpha:g}·{cfg.reward_b}"
-    head = f"[sweep] {index + 1}/{len(cfg.alphas)} {run.name} ({mix})"
+    mix = f"{alpha:g}·{cfg.reward_a} + {1 - alpha:g}·{cfg.reward_b}" + ("" if seed is None else f", seed {seed}")
+    head = f"[sweep] {index + 1}/{len(sweep_points(cfg))} {run.name} ({mix})"
     done = finished_epochs(run)
     if done >= train.train.epochs:
         print(f"{head}: finished earlier ({done} epochs), skipped", flush=True)
-        return SweepPoint(alpha, run, "skipped", 0.0)
+        return SweepPoint(alpha, run, "skipped", 0.0, seed)
     print(f"{head}: {'resuming at epoch ' + str(done) if done else 'training'}", flush=True)
     config_path = sweep_dir(cfg) / "configs" / f"{run.name}.yaml"
     dump_config(train, config_path)
     start = time.perf_counter()
     launch(cfg, config_path, progress)
-    return SweepPoint(alpha, run, "trained", time.perf_counter() - start)
+    return SweepPoint(alpha, run, "trained", time.perf_counter() - start, seed)
 
 
 def sweep_start(cfg: SweepConfig) -> dict:
     """Val metrics of the shared starting checkpoint, decoded and scored exactly as every run's
     epochs are: the row each α is compared with (start.json)."""
-    return score_start(run_config(cfg, cfg.alphas[0]), sweep_dir(cfg) / "start.json")
+    alpha, seed = sweep_points(cfg)[0]
+    return score_start(run_config(cfg, alpha, seed), sweep_dir(cfg) / "start.json")
 
 
 def write_manifest(cfg: SweepConfig, points: list[SweepPoint]) -> None:
     write_json(sweep_dir(cfg) / "sweep.json", {
         "sweep": to_dict(cfg), "runs": [
-            {"alpha": p.alpha, "run": p.run.name, "status": p.status, "seconds": round(p.seconds, 1)} for p in points]},
+            {"alpha": p.alpha, "seed": p.seed, "run": p.run.name, "status": p.status, "seconds": round(p.seconds, 1)}
+            for p in points]},
         indent=1)
 
 
@@ -183,21 +220,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     cfg, args = parse_config(SweepConfig, build_parser(), argv)
     check_sweep(cfg)
+    check_seed_list(cfg)
     start = sweep_start(cfg)
     check_select_by(cfg, start)
     points = []
-    for index, alpha in enumerate(cfg.alphas):
+    for index, (alpha, seed) in enumerate(sweep_points(cfg)):
         if args.summary_only:
-            points.append(SweepPoint(alpha, sweep_dir(cfg) / run_name(alpha), "summary-only", 0.0))
+            points.append(SweepPoint(alpha, sweep_dir(cfg) / run_name(alpha, seed), "summary-only", 0.0, seed))
             continue
-        points.append(run_point(cfg, alpha, index, not args.no_progress))
+        points.append(run_point(cfg, alpha, seed, index, not args.no_progress))
         write_manifest(cfg, points)
     mode = None if cfg.select_mode == "auto" else cfg.select_mode
     summary = write_summary(sweep_dir(cfg), points, cfg.select_by, mode, (cfg.reward_a, cfg.reward_b), start)
     print(summary.markdown)
     print(f"[sweep] wrote {summary.markdown_path}, {summary.csv_path}, {summary.plot_path} and tensorboard hparams")
-    print(f"[sweep] best by {cfg.select_by}: {summary.best.run} epoch {summary.best.record['epoch']} "
-          f"({summary.best.record[cfg.select_by]:.4f})")
+    print(f"[sweep] best by {cfg.select_by}: {summary.best_text}")
     return 0
 
 
