@@ -36,6 +36,7 @@ from plumbing.atomic import write_json
 from plumbing.cli import EXIT_INTERRUPTED, command, config_parser, parse_config
 from plumbing.config import apply_overrides, build, dump_config, option, read_yaml, to_dict
 from plumbing.errors import ConfigError, RlcapError
+from plumbing.plugins import import_plugins
 from rewards import available_rewards
 
 
@@ -80,6 +81,7 @@ def check_sweep(cfg: SweepConfig) -> None:
         raise ConfigError(f"sweep config 'seeds' repeats a value: {cfg.seeds}")
     if cfg.reward_a == cfg.reward_b:
         raise ConfigError(f"reward_a and reward_b are both {cfg.reward_a!r}")
+    import_plugins(read_yaml(cfg.base, TrainConfig).get("run", {}).get("plugins") or [])  # their rewards count too
     known = available_rewards()
     unknown = [name for name in (cfg.reward_a, cfg.reward_b) if name not in known]
     if unknown:

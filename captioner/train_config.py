@@ -10,6 +10,7 @@ from captioner.model import ModelConfig
 from captioner.scst import ScstConfig
 from features.clip_models.spec import RewardModelSpec
 from plumbing.config import option
+from plumbing.plugins import import_plugins
 from plumbing.references import load_references
 from rewards import ScoringContext
 
@@ -19,6 +20,8 @@ class RunConfig:
     name: str = option("run", help="the run's folder name under out_dir")
     out_dir: str = option("runs", help="where run folders go")
     seed: int = option(0, help="random seed (model init, caption sampling, data order)")
+    plugins: list[str] = option(factory=list, help="your modules that register rewards or metrics, imported before "
+                                "the reward bank and the metric suite are built (docs/adding_a_reward.md)")
 
 
 @dataclass
@@ -42,7 +45,8 @@ class OptimConfig:
     weight_decay: float = option(0.01, help="AdamW weight decay", at_least=0)
     betas: list[float] = option(factory=lambda: [0.9, 0.98], help="AdamW betas", at_least=0, at_most=0.999999)
     warmup_steps: int = option(500, help="linear warmup steps", at_least=0)
-    schedule: Literal["cosine", "linear", "constant"] = option("cosine", help="decay after warmup")
+    schedule: Literal["cosine", "linear", "constant", "noam"] = option(
+        "cosine", help="decay after warmup (noam: the inverse square root of the step, the reference Transformer's)")
     min_lr_ratio: float = option(0.05, help="the rate never falls below this share of the peak", at_least=0,
                                  at_most=1)
     grad_clip: float = option(1.0, help="clip the gradient norm to this (0 = no clipping)", at_least=0)
@@ -95,6 +99,7 @@ class TrainConfig:
 def scoring_context(cfg: TrainConfig, device: str = "auto",
                     references: dict[int, list[str]] | None = None) -> ScoringContext:
     """The one place a training config becomes the scoring context its rewards and metrics share."""
+    import_plugins(cfg.run.plugins)
     refs = load_references(cfg.data.refs) if references is None and cfg.data.refs else references
     return ScoringContext(references=refs or {}, cider_df=cfg.data.cider_df, cider_eos=cfg.scst.cider_eos,
                           scenes=cfg.data.scenes, reward_models=cfg.reward_models, device=device)

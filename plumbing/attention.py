@@ -4,7 +4,7 @@ Texts here run trimmed to their batch's (or length group's) longest, and decodin
 step at a time, so attention sees a new shape most calls. On a GPU, PyTorch may pick cuDNN's attention,
 which builds a graph for each new shape: on an H200 (PyTorch 2.11) 62 ms a call on new shapes against
 0.59 ms on shapes seen before, while the memory-efficient kernel took 0.94 ms on new ones; two world-CLIP
-contrastive epochs there (73 s) spent 30 s in attention's forward alone (docs/reward_models.md, "cuDNN
+contrastive epochs there (73 s) spent 30 s in attention's forward alone (docs/lab_book.md, "cuDNN
 attention on a GPU"). `attend` (and `varying_shapes` around modules we do not own) leaves cuDNN's backend out on CUDA
 tensors and is plain `scaled_dot_product_attention` everywhere else.
 """

@@ -14,8 +14,10 @@ from rewards.context import ScoringContext, ScoringSettings
 from rewards.meta.paired import sign_test
 from rewards.normalize import Normalize, RewardNormalizer
 from rewards.suite import (
+    MetricOutput,
     MetricSpec,
     MetricSuite,
+    ScoringData,
     SuiteResult,
     available_metrics,
     higher_is_better,
@@ -24,8 +26,8 @@ from rewards.suite import (
 from rewards.text.cider_df import document_frequency, save_df
 
 __all__ = [
-    "MetricSpec", "MetricSuite", "Normalize", "RewardBank", "RewardNormalizer", "RewardOutput", "ScoringContext",
-    "ScoringSettings", "SuiteResult",
+    "MetricOutput", "MetricSpec", "MetricSuite", "Normalize", "RewardBank", "RewardNormalizer", "RewardOutput",
+    "ScoringContext", "ScoringData", "ScoringSettings", "SuiteResult",
     "available_metrics", "available_rewards", "document_frequency", "higher_is_better", "load_predictions",
     "load_references", "make_reward", "ptb_tokenize", "register_metric", "register_reward", "save_df", "sign_test",
 ]

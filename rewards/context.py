@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from features.clip_models.spec import RewardModelSpec
 from plumbing.config import option
 from plumbing.errors import ConfigError
+from plumbing.plugins import import_plugins
 
 if TYPE_CHECKING:
     from features.world.scene import Scene
@@ -36,6 +37,8 @@ class ScoringSettings:
     reward_models: dict[str, RewardModelSpec] = option(
         factory=dict, help="CLIP-family reward models by key (clip, specs, lclip): kind, arch, weights, embeds")
     device: str = option("auto", help="auto (the GPU when present), cpu or cuda")
+    plugins: list[str] = option(factory=list, help="your modules that register rewards or metrics, imported first "
+                                "(docs/adding_a_reward.md)")
 
 
 @dataclass
@@ -51,6 +54,7 @@ class ScoringContext:
     @classmethod
     def from_settings(cls, settings: ScoringSettings,
                       references: Mapping[int, Sequence[str]] | None = None) -> ScoringContext:
+        import_plugins(settings.plugins)
         return cls(references=references or {}, cider_df=settings.cider_df, cider_eos=settings.cider_eos,
                    scenes=settings.scenes, tokenizer=settings.tokenizer, reward_models=settings.reward_models,
                    device=settings.device)

@@ -19,7 +19,7 @@ of / right of; vertical: above / below):
   foil directions  how much of each rendered foil kind's text difference (true caption minus foil)
                    lies in the top 8 / 16 / 32 / 64 principal directions of --fit-split's image
                    embeddings, beside the images' own variance there: a kind that differs where the
-                   images hardly vary is one a distilled student learns last (docs/reward_models.md,
+                   images hardly vary is one a distilled student learns last (docs/lab_book.md,
                    "The student's quiet directions").
 
 Positions read well, and relations read well by the fitted vectors, with foils at chance put the

@@ -1,5 +1,5 @@
-"""Every command the README shows answers --help, takes --config and --set, knows every flag the
-README gives it, and every config file the README names exists."""
+"""Every command the README and docs/*.md show answers --help, takes --config and --set, knows every
+flag they give it, and every config file they name exists."""
 
 from __future__ import annotations
 
@@ -15,14 +15,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_commands() -> list[tuple[str, list[str]]]:
-    """(module, arguments) of every `python -m` / `accelerate launch ... -m` line in README code blocks."""
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def document_commands(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, arguments) of every `python -m` / `accelerate launch ... -m` line in a file's code blocks."""
     commands = []
-    for block in shell_blocks((ROOT / "README.md").read_text(encoding="utf-8")):
+    for block in shell_blocks(path.read_text(encoding="utf-8")):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip()
-            words = shlex.split(line, comments=True) if line else []
-            if "-m" not in words or not words or words[0] not in ("python", "accelerate"):
+            if not line.startswith(("python ", "accelerate ")):
+                continue
+            words = shlex.split(line, comments=True)
+            if "-m" not in words:
                 continue
             at = words.index("-m")
             commands.append((words[at + 1], words[at + 2:]))
@@ -62,17 +67,20 @@ def help_text(module: str, positionals: list[str]) -> str:
     return out.getvalue()
 
 
-COMMANDS = readme_commands()
+COMMANDS = [(path.relative_to(ROOT).as_posix(), module, args) for path in DOCUMENTS
+            for module, args in document_commands(path)]
 
 
-def test_the_readme_shows_the_commands():
-    modules = {m for m, _ in COMMANDS}
-    assert len(COMMANDS) >= 30
-    assert {"features.world", "captioner.train", "rewards.score", "rewards.meta_eval", "captioner.sweep"} <= modules
+def test_the_readme_and_docs_show_the_commands():
+    readme = {m for doc, m, _ in COMMANDS if doc == "README.md"}
+    assert len([c for c in COMMANDS if c[0] == "README.md"]) >= 25
+    assert {"features.world", "captioner.train", "rewards.score", "rewards.meta_eval", "captioner.sweep"} <= readme
+    shown = {doc for doc, _, _ in COMMANDS}
+    assert {"docs/coco.md", "docs/results.md", "docs/reward_model_recipes.md", "docs/adding_a_reward.md"} <= shown
 
 
-@pytest.mark.parametrize("module,args", COMMANDS, ids=[f"{m} {' '.join(a)[:40]}" for m, a in COMMANDS])
-def test_readme_command_answers_help_and_knows_its_flags(module, args):
+@pytest.mark.parametrize("doc,module,args", COMMANDS, ids=[f"{d}: {m} {' '.join(a)[:40]}" for d, m, a in COMMANDS])
+def test_shown_command_answers_help_and_knows_its_flags(doc, module, args):
     positionals = []
     for word in args:
         if word.startswith("-"):
@@ -84,7 +92,9 @@ def test_readme_command_answers_help_and_knows_its_flags(module, args):
     for word in args:
         flag = word.split("=")[0]
         if flag.startswith("--"):
-            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), f"{module}: README shows {flag}"
+            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), f"{module}: {doc} shows {flag}"
     for k, word in enumerate(args[:-1]):
         if word == "--config":
-            assert (ROOT / args[k + 1]).is_file(), f"{module}: README names a missing config {args[k + 1]}"
+            made_by_reader = re.findall(r"[Ss]ave this as `([^`]+)`", (ROOT / doc).read_text(encoding="utf-8"))
+            assert (ROOT / args[k + 1]).is_file() or args[k + 1] in made_by_reader, \
+                f"{module}: {doc} names a missing config {args[k + 1]}"

@@ -1,4 +1,4 @@
-"""The CLIP-family formulas on normalised embeddings (DESIGN.md, "Metric names").
+"""The CLIP-family formulas on normalised embeddings (docs/ARCHITECTURE.md, "Metric names").
 
 Pure functions, so each one can be tested against its paper's formula directly.
 """

@@ -1,5 +1,5 @@
 """Attribute facts for the text stage: one object's size, colour, place or texture, or its scene's background
-or count, stated against the same words with that attribute changed (docs/reward_models.md, "Size, place and
+or count, stated against the same words with that attribute changed (docs/lab_book.md, "Size, place and
 background pairs"; a count is said without naming an object: "there are three shapes" / "there are two shapes").
 
 The world CLIP's image embedding says how big a lone object is (a linear readout 0.95 on val), yet

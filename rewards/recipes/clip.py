@@ -89,7 +89,7 @@ class TrainClipConfig(RecipeConfig):
         0, help="the first of the contrastive `epochs` train the text tower and the temperature against the image "
         "tower as it starts (LiT, at a constant rate), then both towers train, so the text tower learns to read what "
         "the pretrained tower sees before the joint epochs move it (0: both towers from the start; on the world, "
-        "three seeds of 1 disagreed: docs/reward_models.md)", at_least=0)
+        "three seeds of 1 disagreed: docs/lab_book.md)", at_least=0)
     vision_map_labels: float = option(
         0.0, help="with vision_pretrain_epochs: weight of labels read off each place of the image tower's last "
         "feature map (the shape, colour, size and texture of what is centred there), besides the scene labels "
@@ -149,7 +149,7 @@ class TrainClipConfig(RecipeConfig):
     text_negclip_batch_size: int | None = option(
         None, help="text stage: images per step of the negclip phase (each with its caption and hard negatives; "
         "null: `batch_size`). With `text_negclip_epochs` raised in step, the phase keeps its number of steps and "
-        "each step averages more captions (docs/reward_models.md, \"The NegCLIP phase at twice the batch and twice "
+        "each step averages more captions (docs/lab_book.md, \"The NegCLIP phase at twice the batch and twice "
         "the epochs\")", at_least=2)
     text_roles_batch_size: int = option(
         128, help="text stage: statements per step of the roles phase, which runs at a constant `text_lr`: the roles "
@@ -169,7 +169,7 @@ class TrainClipConfig(RecipeConfig):
         0.0, help="text stage: the share of relation statements said in another frame, the subject not simply "
         "named first (\"above a blue star is a red circle\", \"a blue star with a red circle above it\"): the "
         "tower learns the subject from the syntax, not the word order (0.25 over three val seeds: reworded "
-        "foils +0.044, long relations 0.936 -> 0.953; docs/reward_models.md, \"Relations in other frames\")",
+        "foils +0.044, long relations 0.936 -> 0.953; docs/lab_book.md, \"Relations in other frames\")",
         at_least=0, at_most=1)
     text_long_captions: float = option(
         0.0, help="text stage: the share of the negclip phase's images whose caption (with its hard negatives) is "
@@ -283,7 +283,7 @@ def pretrain_vision(run: RecipeRun, model: torch.nn.Module, train: Split, transf
 def widen_pool_positions(model: torch.nn.Module, std: float, seed: int) -> None:
     """Redraw the attention pool's position embedding with a std that rivals the pooled features
     (norm ~20 after training here, against ~1 for open_clip's init): the pool's heads can then attend
-    by place, and the image embedding carries where each thing is (docs/reward_models.md)."""
+    by place, and the image embedding carries where each thing is (docs/lab_book.md)."""
     pool = getattr(getattr(model, "visual", None), "attnpool", None)
     if pool is None:
         raise ConfigError("pool_position_std needs a ResNet vision tower with an attention pool "

@@ -101,7 +101,7 @@ class DistillConfig(RecipeConfig):
         0.0, help="in the hints stage, weight of the squared error between the student's and the teacher's normalised "
         "image embeddings in the teacher's whitened space (fitted on the train images' embeddings): every direction "
         "the images vary along counts alike, so the quiet ones, where relations lie, are not left for late passes "
-        "(docs/reward_models.md, \"The student's quiet directions\"; 0: off)", at_least=0)
+        "(docs/lab_book.md, \"The student's quiet directions\"; 0: off)", at_least=0)
     hint_whiten_ridge: float = option(
         0.1, help="the whitening's ridge: added to each eigenvalue of the teacher's embedding covariance, as a share "
         "of their mean, before the -1/2 power (smaller: the quietest directions weigh more)", above=0)

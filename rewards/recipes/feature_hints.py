@@ -3,7 +3,7 @@ tokens learn to predict the teacher's last feature map, place by place, through 
 that is dropped afterwards.
 
 Why: L_D compares one embedding per image, and a changed shape moves that embedding only a little,
-so the student learned colour from it but not shape (docs/reward_models.md). The teacher's last map
+so the student learned colour from it but not shape (docs/lab_book.md). The teacher's last map
 (what a ResNet's attention pool reads, or a ViT's last patch tokens) says at every place what is
 there: many more numbers per image, each about one region. Both maps are pooled to the coarser of
 the two grids and compared token by token after a layer norm, so the loss does not depend on the
@@ -14,7 +14,7 @@ squared error in the teacher's whitened embedding space. Why the second: the tra
 vary mostly along a few directions (16 of 256 hold 87% of the variance in the world CLIP), while a
 relation foil's text difference lies almost wholly outside them (6% of its energy in those 16). A loss
 in the raw space fits the loud directions first and the quiet ones only after many passes; whitened,
-every direction the images vary along counts alike (docs/reward_models.md, "The student's quiet
+every direction the images vary along counts alike (docs/lab_book.md, "The student's quiet
 directions").
 """
 

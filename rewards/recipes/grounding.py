@@ -6,7 +6,7 @@ texts true of its scene (from scenes.json):
   plural ("disc", "stars"). F-CLIPScore averages a caption's CLIP-S with the CLIP-S of each of its
   nouns alone; a CLIP trained on web alt-text has met bare nouns, one trained on the world's
   captions only meets whole sentences, so a bare noun's cosine says more about the word than about
-  the image (docs/reward_models.md: an absent "square" outscored a present "circle").
+  the image (docs/lab_book.md: an absent "square" outscored a present "circle").
   With `presence` (`noun_targets: presence`) each noun of a shape the image holds gets its own
   softmax against the nouns of the shapes it lacks, in place of one softmax whose target is spread
   over every present noun: each object of a crowded scene then counts in full (with the spread
@@ -14,7 +14,7 @@ texts true of its scene (from scenes.json):
   and a shape foil asks of a caption: is this shape there or not. `presence_floor` also puts cosine 0
   among each softmax's rivals: F-CLIPScore scores a noun 2.5 max(cos, 0), so a present noun under 0
   counts as nothing, and the plain presence softmax, which only ranks an image's nouns, leaves most
-  present nouns of three- and four-object scenes there (docs/reward_models.md, "Nouns above cosine 0").
+  present nouns of three- and four-object scenes there (docs/lab_book.md, "Nouns above cosine 0").
 - **Object phrases** (`phrase_loss`): "a small red striped circle", one for every combination of
   size, colour, texture and shape (canonical words; `phrase_attributes` can leave out all but the
   shape). An object's phrase must beat the phrases that differ from it in one attribute, which is what

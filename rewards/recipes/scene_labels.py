@@ -12,13 +12,13 @@ Why the cell block: the per-kind place bits ("a red star in the top left") are 5
 each rarely on, and the tower did not learn them (a head read a present object's cell 0.13 of the
 time, chance 0.11). Each cell's own bits are on far more often; with them, and the pool's position
 embedding drawn wider (`pool_position_std`), the embedding carries place and binding
-(docs/reward_models.md).
+(docs/lab_book.md).
 
 With `map_weight` (`vision_map_labels`), a second head reads each place of the tower's last feature
 map (what a ResNet's pool reads) and predicts the shape, colour, (shape, colour), size and texture of
 the objects centred there: many more targets per image, each about one region, as the L-CLIP
 student's hints are. An option: on the world it lifts shape by about 0.04 (three seeds) and is not yet the
-default (docs/reward_models.md).
+default (docs/lab_book.md).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _per_kind(facts: Iterable[str]) -> list[int]:
 
 # The label vector's blocks, by the name a config gives them (`scene_label_groups`). `texture` and `size`
 # are parts of `objects`, each object's bits of one kind alone: the contrastive stage loses texture from
-# the embedding (3-pixel stripes and checks that in-batch captions rarely tell apart; docs/reward_models.md,
+# the embedding (3-pixel stripes and checks that in-batch captions rarely tell apart; docs/lab_book.md,
 # "Texture on the image embedding").
 LABEL_GROUPS = {"objects": range(0, _BACKGROUND_AT),
                 "background": range(_BACKGROUND_AT, _BACKGROUND_AT + len(BACKGROUNDS)),

@@ -1,5 +1,5 @@
 """A text stage after train_clip's contrastive stage: the text tower learns to read spatial
-relations against the image tower it was trained with, held frozen (docs/reward_models.md, "The text
+relations against the image tower it was trained with, held frozen (docs/lab_book.md, "The text
 stage in `train_clip`").
 
 A contrastive stage leaves relation words nearly unread: captions of one image that differ only in
@@ -23,8 +23,8 @@ of the recipe loop (resumable at its epochs' ends), all on the train split's sce
    relation pairs and their roles stay on beside it, and one of its attribute pairs when there are any.
    With `text_long_captions`, that share of the images takes one of its long captions: the pairs'
    short statements teach a relation alone, and a long caption's relation among its other facts is
-   learned only from long captions (docs/reward_models.md, "Long captions in the NegCLIP phase").
-   `text_negclip_batch_size` gives the phase its own batch (docs/reward_models.md, "The NegCLIP
+   learned only from long captions (docs/lab_book.md, "Long captions in the NegCLIP phase").
+   `text_negclip_batch_size` gives the phase its own batch (docs/lab_book.md, "The NegCLIP
    phase at twice the batch and twice the epochs").
 
 Every statement names the objects by colour and shape; a fact is left out where that is ambiguous
@@ -62,7 +62,7 @@ ROLE_SLOT = {name: k for k, name in enumerate(ROLE_NAMES)}
 PAIRS_PER_IMAGE = 2  # relation pairs beside each image's caption in the negclip phase
 # The roles sit at the level of knowing the names and the relation but not who is the subject for a
 # few hundred steps, then fall to near zero; a rate decaying to 0 over the phase stalls them on that
-# plateau, and the pairs after it then wait there too (docs/reward_models.md, "The roles phase at a
+# plateau, and the pairs after it then wait there too (docs/lab_book.md, "The roles phase at a
 # steady rate").
 ROLES_SCHEDULE = "constant"
 
@@ -132,7 +132,7 @@ def statement_pair(fact: Fact, rng: random.Random, long_rate: float, other_frame
 
 # Relation statements whose subject is not simply the first object named (`text_other_frames`): the
 # world's captions all name it first, and a tower trained on them alone reads the subject by word
-# order (docs/reward_models.md, "Relations in other frames"). Filled with (subject, object, relation).
+# order (docs/lab_book.md, "Relations in other frames"). Filled with (subject, object, relation).
 OTHER_FRAMES = (
     lambda a, b, a_the, b_the, rel: f"{a_the} is {rel} {b_the}",   # the red circle is above the blue star
     lambda a, b, a_the, b_the, rel: f"{rel} {b} is {a}",             # above a blue star is a red circle
