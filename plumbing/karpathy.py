@@ -69,6 +69,10 @@ def _parse_image(path: str | Path, index: int, raw: object) -> ImageEntry:
     where = f"{path}: images[{index}]"
     if not isinstance(raw, dict):
         raise DataError(f"{where}: expected an object, got {type(raw).__name__}")
+    if "split" not in raw and "file_name" in raw and "filename" not in raw:
+        raise DataError(f"{path}: images[{index}] (id {raw.get('id')}) has no 'split': this looks like a COCO "
+                        "annotations file (captions_*.json); prepro and training read a Karpathy-format file with "
+                        "the splits, such as dataset_coco.json")
     image_id = raw.get("cocoid", raw.get("imgid"))
     if not isinstance(image_id, int) or isinstance(image_id, bool):
         raise DataError(f"{where}: needs an integer 'cocoid' or 'imgid', got {image_id!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,6 +27,10 @@ def load_weights_file(path: str | Path) -> object:
         raise DataError(f"{path}: weights file not found")
     from safetensors import SafetensorError
 
+    if is_torchscript(path):
+        raise DataError(f"{path}: a TorchScript archive (as OpenAI's original CLIP .pt files are); rlcap does not "
+                        "load code-bearing archives: use open_clip's hub tag (e.g. `openai`) for this architecture, "
+                        "or that model's state_dict() saved as .safetensors")
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -42,6 +47,14 @@ def load_weights_file(path: str | Path) -> object:
 
 
 TORCH_FILE_STARTS = (b"PK\x03\x04", b"\x80")  # torch.save's zip archive; the legacy pickle format
+
+
+def is_torchscript(path: Path) -> bool:
+    """A torch.jit.save archive: a zip whose records hold the module's code (<name>/code/...)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any("/code/" in name or name.endswith("/constants.pkl") for name in archive.namelist())
 
 
 def _refusal_reason(path: Path) -> str:
