@@ -110,6 +110,12 @@ def resolve_checkpoint(run_dir: Path, spec: str) -> Path:
     return path.resolve()
 
 
+def finished_epochs(run_dir: Path) -> int:
+    """The epochs a run has finished, by its last checkpoint (0 without one)."""
+    last = checkpoint_dir(run_dir) / "last"
+    return read_checkpoint(last)[0].epoch if last.exists() else 0
+
+
 def read_checkpoint(path: Path) -> tuple[TrainerState, dict, Vocab]:
     try:
         state = TrainerState(**json.loads((path / STATE_FILE).read_text()))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from captioner.checkpoint import read_checkpoint
+from captioner.checkpoint import finished_epochs
 from captioner.seed_groups import parse_run_name, run_name
 from captioner.start import score_start
 from captioner.sweep_summary import SweepPoint, write_summary
@@ -139,11 +139,6 @@ def run_config(cfg: SweepConfig, alpha: float, seed: int | None = None) -> Train
 
 def sweep_dir(cfg: SweepConfig) -> Path:
     return Path(cfg.out_dir) / cfg.name
-
-
-def finished_epochs(run: Path) -> int:
-    last = run / "checkpoints" / "last"
-    return read_checkpoint(last)[0].epoch if last.exists() else 0
 
 
 def check_same_run(run: Path, train: TrainConfig) -> None:

@@ -25,6 +25,7 @@ from captioner.checkpoint import (
     TrainerState,
     check_state_files,
     config_differences,
+    finished_epochs,
     load_weights,
     read_checkpoint,
     resolve_checkpoint,
@@ -426,6 +427,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key in ("labels", "vocab", "refs", "feats"):
         if not getattr(cfg.data, key):
             raise ConfigError(f"config key 'data.{key}' is required")
+    run_dir = Path(cfg.run.out_dir) / cfg.run.name
+    if args.resume == "auto" and finished_epochs(run_dir) >= cfg.train.epochs:
+        print(f"{run_dir} finished earlier ({finished_epochs(run_dir)} epochs of {cfg.train.epochs}); nothing to do "
+              "(raise train.epochs to go on)")
+        return 0
     trainer = Trainer(cfg, args.resume, progress=not args.no_progress,
                       without_rng_state=args.resume_without_rng_state)
     state = trainer.fit()

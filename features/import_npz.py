@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
 import numpy as np
 from tqdm import tqdm
 
@@ -113,6 +114,14 @@ def _read_fc(cfg: ImportConfig, image_id: int, dim: int | None = None) -> np.nda
     return finite(path, fc)
 
 
+def already_imported(out: Path, backbone: str, digest: str) -> bool:
+    """A finished file made from these same folder contents (names and sizes) by this importer."""
+    if not out.is_file():
+        return False
+    with h5py.File(out, "r") as h5:
+        return h5.attrs.get("fingerprint") == digest and h5.attrs.get("backbone") == backbone
+
+
 def import_npz(cfg: ImportConfig, progress: bool = True) -> Path:
     if not cfg.att_dir or not cfg.out:
         raise ConfigError("import_npz needs 'att_dir' and 'out'")
@@ -121,10 +130,14 @@ def import_npz(cfg: ImportConfig, progress: bool = True) -> Path:
     missing = [i for i, p in zip(ids, paths, strict=True) if not p.is_file()]
     if missing:
         raise DataError(f"{cfg.att_dir}: no .npz for {len(missing)} image id(s), e.g. {missing[:5]}")
+    digest = hashlib.sha256(json.dumps([[p.name, p.stat().st_size] for p in paths]).encode()).hexdigest()[:16]
+    if already_imported(Path(cfg.out), cfg.backbone, digest):
+        if progress:
+            print(f"{cfg.out} already holds these features ({len(ids)} images from {cfg.att_dir}); nothing to do")
+        return Path(cfg.out)
     shapes = [npz_feat_shape(p) for p in tqdm(paths, desc="scan", unit="file", disable=not progress)]
     regions, dim = max(s[0] for s in shapes), check_one_dim(paths, shapes)
     fc_dim = _read_fc(cfg, ids[0]).shape[0] if cfg.fc_dir else dim
-    digest = hashlib.sha256(json.dumps([[p.name, p.stat().st_size] for p in paths]).encode()).hexdigest()[:16]
     writer = FeatureWriter(cfg.out, {"att": ((regions, dim), cfg.dtype), "att_mask": ((regions,), "bool"),
                                      "fc": ((fc_dim,), cfg.dtype)},
                            {"backbone": cfg.backbone, "fingerprint": digest, "image_size": 0})

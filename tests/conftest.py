@@ -65,3 +65,12 @@ def write_karpathy_fixture(root: Path) -> Path:
 @pytest.fixture()
 def karpathy_file(tmp_path) -> Path:
     return write_karpathy_fixture(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def coco_stand_in(tmp_path_factory):
+    """The COCO rehearsal's inputs on 40 images: real COCO captions, JPEGs at COCO's sizes, and
+    ViT-B-32, LongCLIP-B and the L-CLIP student at their real sizes with random weights."""
+    from features.coco_rehearsal import build_rehearsal_set
+
+    return build_rehearsal_set(tmp_path_factory.mktemp("coco_inputs") / "inputs", images=40)

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import open_clip
 import pytest
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from features.clip_models.lclip import LClip, LClipConfig
-from features.clip_models.longclip import KEEP_POSITIONS, LONG_CONTEXT, stretch_state_dict
+from features.clip_models.longclip import KEEP_POSITIONS, LONG_CONTEXT
 from rewards import score as score_cli
 
 CAPTIONS = ["a man riding a wave on top of a surfboard", "two dogs play with a red frisbee on the grass",
@@ -26,16 +25,14 @@ PREFIX = "A photo depicts "
 
 
 @pytest.fixture(scope="module")
-def coco_like(tmp_path_factory):
-    """Four JPEGs at COCO's sizes, named as COCO names them, and predictions that find them by id."""
+def coco_like(coco_stand_in, tmp_path_factory):
+    """Four of the stand-in's JPEGs (COCO's sizes and names) and predictions that find them by id."""
     root = tmp_path_factory.mktemp("coco_like")
-    rng = np.random.default_rng(0)
-    for k, (width, height) in enumerate([(640, 480), (480, 640), (640, 427), (500, 375)], start=1):
-        pixels = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
-        pixels[height // 4: height // 2, width // 3: 2 * width // 3] = rng.integers(0, 255, 3)
-        Image.fromarray(pixels).save(root / f"COCO_val2014_{k:012d}.jpg", quality=90)
-    predictions = root / "results.json"
-    predictions.write_text(json.dumps([{"image_id": k + 1, "caption": c} for k, c in enumerate(CAPTIONS)]))
+    dataset = json.loads(coco_stand_in.dataset.read_text())["images"][: len(CAPTIONS)]
+    for k, image in enumerate(dataset, start=1):
+        (root / f"COCO_val2014_{k:012d}.jpg").write_bytes(
+            (coco_stand_in.images / image["filepath"] / image["filename"]).read_bytes())
+    (root / "results.json").write_text(json.dumps([{"image_id": k + 1, "caption": c} for k, c in enumerate(CAPTIONS)]))
     return root
 
 
@@ -59,19 +56,22 @@ def _assert_scores(got: dict[int, float], expected: torch.Tensor) -> None:
 
 
 @pytest.fixture(scope="module")
-def vit_b_32():
-    torch.manual_seed(11)
+def vit_b_32(coco_stand_in):
+    """open_clip's ViT-B-32 with the stand-in's random weights, built here and loaded by open_clip itself."""
     model, _, preprocess = open_clip.create_model_and_transforms("ViT-B-32")
+    model.load_state_dict(load_file(str(coco_stand_in.weights("vit_b_32.safetensors"))))
     return model.eval(), preprocess
 
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".pt"])
-def test_open_clip_vit_b_32_at_real_size_scores_as_open_clip_does(coco_like, vit_b_32, tmp_path, suffix):
+def test_open_clip_vit_b_32_at_real_size_scores_as_open_clip_does(coco_like, coco_stand_in, vit_b_32, tmp_path,
+                                                                  suffix):
     model, preprocess = vit_b_32
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    assert sum(v.numel() for k, v in state.items() if k != "logit_scale") > 150_000_000
-    weights = tmp_path / f"vit_b_32{suffix}"
-    save_file(state, str(weights)) if suffix == ".safetensors" else torch.save(state, weights)
+    weights = coco_stand_in.weights("vit_b_32.safetensors")
+    assert sum(v.numel() for k, v in model.state_dict().items() if k != "logit_scale") > 150_000_000
+    if suffix == ".pt":  # the same state dict as a torch file
+        weights = tmp_path / "vit_b_32.pt"
+        torch.save(model.state_dict(), weights)
     got = _scores(coco_like, tmp_path, "clip_s", f"clip=open_clip:ViT-B-32:{weights}")
     with torch.no_grad():
         images = F.normalize(model.encode_image(_images(coco_like, preprocess)), dim=-1)
@@ -82,17 +82,17 @@ def test_open_clip_vit_b_32_at_real_size_scores_as_open_clip_does(coco_like, vit
     assert (cosine > 0).sum() >= 1  # not a comparison of zeros only
 
 
-def test_a_specs_longclip_b_checkpoint_scores_as_its_248_position_text_tower(coco_like, tmp_path):
-    torch.manual_seed(12)  # OpenAI's CLIP, which LongCLIP and SPECS start from, runs QuickGELU
-    model, _, preprocess = open_clip.create_model_and_transforms("ViT-B-32-quickgelu")
-    model.eval()
-    state = stretch_state_dict({k: v.clone() for k, v in model.state_dict().items()})
-    state["positional_embedding_res"] = state["positional_embedding_res"] + 0.02 * torch.randn_like(
-        state["positional_embedding_res"])
-    assert state["positional_embedding"].shape == (LONG_CONTEXT, 512) == (248, 512)
-    spec = tmp_path / "spec.pt"
-    torch.save(state, spec)
+def test_a_specs_longclip_b_checkpoint_scores_as_its_248_position_text_tower(coco_like, coco_stand_in, tmp_path):
+    spec = coco_stand_in.weights("spec.pt")
+    state = torch.load(spec, weights_only=True)
+    assert state["positional_embedding"].shape == state["positional_embedding_res"].shape == (LONG_CONTEXT, 512)
     got = _scores(coco_like, tmp_path, "specs", f"specs=longclip:{spec}")
+    # OpenAI's CLIP, which LongCLIP and SPECS start from, runs QuickGELU
+    model, _, preprocess = open_clip.create_model_and_transforms("ViT-B-32-quickgelu")
+    loaded = model.load_state_dict({k: v for k, v in state.items() if not k.startswith("positional_embedding")},
+                                   strict=False)
+    assert loaded.missing_keys == ["positional_embedding"] and not loaded.unexpected_keys
+    model.eval()
 
     # directly: ViT-B-32's text tower with LongCLIP's effective table and a 248-long causal mask, no prefix
     table = torch.cat([state["positional_embedding"][:KEEP_POSITIONS],
@@ -106,11 +106,10 @@ def test_a_specs_longclip_b_checkpoint_scores_as_its_248_position_text_tower(coc
     _assert_scores(got, ((images * texts).sum(-1) + 1) / 2)
 
 
-def test_a_spec_pt_with_one_position_table_is_one_named_line(coco_like, tmp_path, capsys):
-    torch.manual_seed(0)
-    state = open_clip.create_model("ViT-B-32").state_dict()
+def test_a_spec_pt_with_one_position_table_is_one_named_line(coco_like, coco_stand_in, tmp_path, capsys):
+    state = torch.load(coco_stand_in.weights("spec.pt"), weights_only=True)
     single = tmp_path / "spec_one_table.pt"
-    torch.save({k: v for k, v in stretch_state_dict(state).items() if k != "positional_embedding_res"}, single)
+    torch.save({k: v for k, v in state.items() if k != "positional_embedding_res"}, single)
     assert score_cli.main(["--predictions", str(coco_like / "results.json"), "--images", str(coco_like),
                            "--reward-model", f"specs=longclip:{single}", "--metrics", "specs",
                            "--embeds-cache", str(tmp_path / "cache")]) == 2
@@ -118,15 +117,13 @@ def test_a_spec_pt_with_one_position_table_is_one_named_line(coco_like, tmp_path
     assert err.count("\n") == 1 and str(single) in err and "positional_embedding_res" in err
 
 
-def test_the_l_clip_papers_student_scores_as_its_towers_do(coco_like, tmp_path):
-    torch.manual_seed(5)
+def test_the_l_clip_papers_student_scores_as_its_towers_do(coco_like, coco_stand_in, tmp_path):
+    checkpoint = coco_stand_in.weights("lclip.ckpt")
+    saved = torch.load(checkpoint, weights_only=True)
     student = LClip(LClipConfig()).eval()  # the paper's size: 6 / 4 layers from 3 / 2 shared blocks
+    student.load_state_dict({k[len("student."):]: v for k, v in saved["state_dict"].items()})
     params = sum(p.numel() for p in student.parameters())
     assert 40_000_000 < params < 50_000_000  # 43.5 M: ViT-B/32 and its text tower halved by sharing
-    checkpoint = tmp_path / "lclip.ckpt"
-    torch.save({"epoch": 9, "global_step": 1000, "pytorch-lightning_version": "2.1.0",
-                "state_dict": {f"student.{k}": v for k, v in student.state_dict().items()},
-                "hyper_parameters": {"vision_heads": 12, "text_heads": 8}}, checkpoint)
     got = _scores(coco_like, tmp_path, "l_clip_s", f"lclip=lclip:{checkpoint}")
     preprocess = open_clip.transform.image_transform(224, is_train=False)
     with torch.no_grad():
