@@ -429,6 +429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"config key 'data.{key}' is required")
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
     if args.resume == "auto" and finished_epochs(run_dir) >= cfg.train.epochs:
+        named = [*cfg.eval.metrics, "val_loss"]
+        if cfg.eval.select_by not in named:  # the same refusal a run that trains would give, without its models
+            raise ConfigError(f"eval.select_by {cfg.eval.select_by!r} is not among the metrics this run computes: "
+                              f"{', '.join(named)}; add it to eval.metrics or select by another")
         print(f"{run_dir} finished earlier ({finished_epochs(run_dir)} epochs of {cfg.train.epochs}); nothing to do "
               "(raise train.epochs to go on)")
         return 0

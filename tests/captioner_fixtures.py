@@ -54,3 +54,22 @@ def launch_two_processes(config: Path, module: str = "captioner.train", *args: s
                            "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module,
                            "--config", str(config), *extra, *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
+
+
+def tiny_sweep(world: Path, root: Path, epochs: int, metrics: list[str], **sweep: object) -> tuple[Path, Path]:
+    """A tiny XE start, an SCST base config from it and a sweep config of bleu_4 against cider_d over it
+    (`sweep` adds or replaces the sweep's keys); returns the sweep config and the sweep's folder."""
+    data = prepare_tiny_data(world, root)
+    xe = tiny_config(data, root, name="xe", train={"epochs": 1})
+    from captioner import train
+
+    assert train.main(["--config", str(xe), "--no-progress"]) == 0
+    base = tiny_config(data, root, name="scst_base", train={"epochs": epochs, "stage": "scst", "log_every": 1},
+                       optim={"lr": 1e-4, "warmup_steps": 0},
+                       scst={"rewards": {"cider_d": 1.0}, "k": 3,
+                             "init_from": str(root / "xe" / "checkpoints" / "last")},
+                       eval={"metrics": metrics, "select_by": "cider"})
+    config = root / "sweep.yaml"
+    config.write_text(yaml.safe_dump({"name": "sw", "out_dir": str(root / "sweeps"), "base": str(base),
+                                      "reward_a": "bleu_4", "reward_b": "cider_d", "select_by": "cider", **sweep}))
+    return config, root / "sweeps" / "sw"

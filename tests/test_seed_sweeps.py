@@ -8,17 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from captioner import select as select_cli
 from captioner import sweep as sweep_cli
-from captioner import train as train_cli
 from captioner.seeded_select import seeded_groups
 from captioner.selection_regret import selection_regret
 from captioner.train_config import TrainConfig
 from plumbing.config import load_config
 from plumbing.intervals import mean_interval
-from tests.captioner_fixtures import prepare_tiny_data, tiny_config
+from tests.captioner_fixtures import tiny_sweep
 
 ALPHAS, SEEDS = [0.0, 1.0], [3, 4]
 
@@ -26,21 +24,10 @@ ALPHAS, SEEDS = [0.0, 1.0], [3, 4]
 @pytest.fixture(scope="module")
 def seeded(tiny_world, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("seeded")
-    data = prepare_tiny_data(tiny_world, root)
-    xe = tiny_config(data, root, name="xe", train={"epochs": 1})
-    assert train_cli.main(["--config", str(xe), "--no-progress"]) == 0
-    base = tiny_config(data, root, name="scst_base", train={"epochs": 1, "stage": "scst", "log_every": 1},
-                       optim={"lr": 1e-4, "warmup_steps": 0},
-                       scst={"rewards": {"cider_d": 1.0}, "k": 3,
-                             "init_from": str(root / "xe" / "checkpoints" / "last")},
-                       eval={"metrics": ["cider", "cider_d", "bleu_4", "object_recall", "hallucination_mention"],
-                             "select_by": "cider"})
-    sweep = root / "sweep.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "sw", "out_dir": str(root / "sweeps"), "base": str(base),
-                                     "reward_a": "bleu_4", "reward_b": "cider_d", "alphas": ALPHAS, "seeds": SEEDS,
-                                     "select_by": "cider"}))
+    sweep, folder = tiny_sweep(tiny_world, root, 1, ["cider", "cider_d", "bleu_4", "object_recall",
+                                                     "hallucination_mention"], alphas=ALPHAS, seeds=SEEDS)
     assert sweep_cli.main(["--config", str(sweep), "--no-progress"]) == 0
-    return {"root": root, "sweep": sweep, "dir": root / "sweeps" / "sw"}
+    return {"root": root, "sweep": sweep, "dir": folder}
 
 
 def test_seeds_times_alphas_give_one_run_folder_each(seeded):

@@ -17,12 +17,11 @@ import yaml
 from captioner import report as report_cli
 from captioner import select as select_cli
 from captioner import sweep as sweep_cli
-from captioner import train as train_cli
 from captioner.train_config import TrainConfig
 from plumbing.config import load_config
 from plumbing.references import load_references
 from rewards import RewardBank, ScoringContext
-from tests.captioner_fixtures import ROOT, prepare_tiny_data, tiny_config
+from tests.captioner_fixtures import ROOT, tiny_config, tiny_sweep
 
 ALPHAS = [0.0, 0.5, 1.0]
 
@@ -30,19 +29,9 @@ ALPHAS = [0.0, 0.5, 1.0]
 @pytest.fixture(scope="module")
 def sweep_setup(tiny_world, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("sweep")
-    data = prepare_tiny_data(tiny_world, root)
-    xe = tiny_config(data, root, name="xe", train={"epochs": 1})
-    assert train_cli.main(["--config", str(xe), "--no-progress"]) == 0
-    base = tiny_config(data, root, name="scst_base", train={"epochs": 2, "stage": "scst", "log_every": 1},
-                       optim={"lr": 1e-4, "warmup_steps": 0},
-                       scst={"rewards": {"cider_d": 1.0}, "k": 3,
-                             "init_from": str(root / "xe" / "checkpoints" / "last")},
-                       eval={"metrics": ["bleu_4", "cider", "cider_d", "mean_length", "repeat_2"],
-                             "select_by": "cider"})
-    sweep = root / "sweep.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "sw", "out_dir": str(root / "sweeps"), "base": str(base),
-                                     "reward_a": "bleu_4", "reward_b": "cider_d", "alphas": ALPHAS,
-                                     "select_by": "cider"}))
+    sweep, _ = tiny_sweep(tiny_world, root, 2, ["bleu_4", "cider", "cider_d", "mean_length", "repeat_2"],
+                          alphas=ALPHAS)
+    base = root / "scst_base.yaml"
     return {"root": root, "sweep": sweep, "dir": root / "sweeps" / "sw", "base": base}
 
 
