@@ -189,10 +189,9 @@ def bench_xe(model_cfg: ModelConfig, images: int, seq_per_img: int, tokens: int,
     torch.manual_seed(0)
     model = Captioner(model_cfg, vocab, 16, feat_dim, tokens, feat_dim).to(device).train()
     optimizer = adamw(model.parameters(), lr=1e-4)
-    rows = images * seq_per_img
-    att = torch.randn(rows, tokens, feat_dim, device=device)
-    mask = torch.ones(rows, tokens, dtype=torch.bool, device=device)
-    labels = torch.randint(1, vocab, (rows, 16), device=device)
+    att = torch.randn(images, tokens, feat_dim, device=device)  # encoded once per image, as the trainer does
+    mask = torch.ones(images, tokens, dtype=torch.bool, device=device)
+    labels = torch.randint(1, vocab, (images, seq_per_img, 16), device=device)
 
     def step() -> None:
         loss = caption_loss(model(att, att.mean(1), mask, labels), labels)
