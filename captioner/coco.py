@@ -196,9 +196,10 @@ def report(cfg: CocoConfig, plan: Sequence[Step], seconds: Sequence[float]) -> N
         print(f"  {step.name:45s} {taken:7.1f}  {step.output}")
     out = Path(cfg.out)
     print("[coco] next: the report of the CIDEr-D + CLIP-S run, chosen by SPECS:\n"
-          f"  python -m captioner.report --run {out / 'runs' / 'coco_scst_clip_mix'} --by specs\n"
-          "and the full sweep over five α and three seeds (the rehearsal cut it to two α and one seed):\n"
-          f"  python -m captioner.select --sweep {out / 'sweeps' / 'alpha'} --paired --against 0")
+          f"  python -m captioner.report --run {out / 'runs' / 'coco_scst_clip_mix'} --by specs")
+    if cfg.mode == "rehearse":
+        print("[coco] this was the rehearsal (random weights, counts cut); on COCO: python -m captioner.coco run "
+              "--dataset ... --images ... (docs/coco.md)")
 
 
 def chosen(plan: list[Step], only: Sequence[str]) -> list[Step]:

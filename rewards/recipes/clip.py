@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -33,7 +34,7 @@ from features.world.parse import parse_caption
 from features.world.scene import Scene, load_world_scenes
 from plumbing.atomic import write_json
 from plumbing.config import option, require_keys
-from plumbing.errors import ConfigError
+from plumbing.errors import ConfigError, DataError
 from rewards.recipes.attribute_facts import ATTRIBUTES
 from rewards.recipes.contrastive import embed_texts, gather_with_grad, negclip_loss, recall_at_1
 from rewards.recipes.data import (
@@ -60,6 +61,8 @@ from rewards.recipes.scene_labels import (
 )
 from rewards.recipes.text_stage import TextStagePlan, read_relations
 from rewards.recipes.training import finished_summary, lock, save_weights, summary_record, unlock
+from rewards.text.edits import KINDS as TEXT_EDITS
+from rewards.text.edits import EditStats, TextEditor
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -70,14 +73,17 @@ class TrainClipConfig(RecipeConfig):
     init: str | None = option(None, help="starting weights: a file or an open_clip hub tag (default: random init)")
     out: str = option("", help="output weights (.safetensors, open_clip state dict)")
     captions: CaptionKind = option("both", help="caption pool per image: short references, long captions or both")
-    negatives: Literal["none", "world"] = option(
-        "none", help="hard text negatives: none, or world (the caption with one fact changed, checked false "
-        "against `scenes`)")
+    negatives: Literal["none", "world", "text"] = option(
+        "none", help="hard text negatives: none; world (the caption with one fact changed, checked false against "
+        "`scenes`); or text (the caption edited with no scene: a noun, adjective or number replaced, two swapped, "
+        "a relation inverted, trigrams shuffled; any captions, COCO's too; rewards/text/edits.py)")
     image_negatives: Literal["none", "world"] = option(
         "none", help="hard image negatives: none, or world (each image's scene with one fact that its caption "
         "states changed, rendered and checked false of the caption by the world parser; needs `scenes`)")
     hard_negatives: int = option(3, help="hard negatives per image and step (with negatives: world)", at_least=0)
     negative_kinds: list[str] = option(factory=lambda: list(KINDS), help="the kinds of fact a negative may change")
+    text_edits: list[str] = option(factory=lambda: list(TEXT_EDITS), help="negatives: text, the edits a negative may "
+                                   "come from")
     vision_pretrain_epochs: int = option(
         0, help="epochs of supervised pretraining of the image tower on the world's scene graphs (`scenes`, train "
         "split) before the contrastive stage: a linear head predicts which objects (shape, colour) the image "
@@ -202,7 +208,8 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
     for split in (train, val):
         cache_pixels(split, loaded.preprocess, cfg.image_cache_mb, cfg.workers)
     scenes, world_seed = load_world_scenes(cfg.scenes) if cfg.scenes else ({}, None)
-    texts = caption_texts(train, cfg.captions, cfg, scenes)
+    editor = text_editor(train, cfg) if cfg.negatives == "text" else None
+    texts = caption_texts(train, cfg.captions, cfg, scenes, editor)
     image_negative = counterfactual_images(train, scenes, world_seed) if cfg.image_negatives == "world" else None
     dataset = TextsDataset(train, loaded.preprocess, texts, cfg.seed, cfg.mirror, tuple(cfg.mirror_axes),
                            image_negative)
@@ -238,6 +245,11 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
         if run.is_main:
             record.update(evaluate(0))
     summary = {"out": cfg.out, "arch": cfg.arch, "val": record, "truncated_captions": tokenizer.truncated}
+    if editor is not None:
+        summary["text_negatives"] = {"tried": dict(editor.stats.tried), "impossible": dict(editor.stats.impossible),
+                                     "captions_without_edit": len(editor.stats.no_edit)}
+        if run.is_main:
+            print(f"{cfg.out}: text negatives: {editor.stats.summary()}", flush=True)
     if run.is_main:
         save_weights(model, cfg.out)
         if cfg.scenes:
@@ -292,13 +304,33 @@ def widen_pool_positions(model: torch.nn.Module, std: float, seed: int) -> None:
         pool.positional_embedding.normal_(0.0, std, generator=torch.Generator().manual_seed(seed))
 
 
-def caption_texts(split: Split, kind: CaptionKind, cfg: TrainClipConfig, scenes: dict[int, Scene]):
+def text_editor(split: Split, cfg: TrainClipConfig) -> TextEditor:
+    """The text edits' editor over the captions the run draws from (parsed once). Captions no edit applies
+    to are counted and named; when none of them admits one, the option would train nothing: an error."""
+    captions = [c for pool in split.pool(cfg.captions) for c in pool]
+    editor = TextEditor(captions, cfg.text_edits)
+    probe = random.Random(cfg.seed)
+    bare = [c for c in dict.fromkeys(captions) if not editor.edits(c, probe, 1)]
+    if len(bare) == len(set(captions)):
+        raise DataError(f"{cfg.dataset}: negatives: text: no edit of {', '.join(cfg.text_edits)} applies to any "
+                        f"train caption (e.g. {bare[0]!r}); allow more edits or use negatives: none")
+    if bare:
+        print(f"warning: negatives: text: {len(bare)} of {len(set(captions))} train captions admit no edit and "
+              f"train without hard negatives, e.g. {bare[:3]}", file=sys.stderr)
+    editor.stats = EditStats()  # the run's own counts, without the probe's
+    return editor
+
+
+def caption_texts(split: Split, kind: CaptionKind, cfg: TrainClipConfig, scenes: dict[int, Scene],
+                  editor: TextEditor | None = None):
     """texts(row, rng): one caption from the image's pool, then its hard negatives."""
     pools = split.pool(kind)
     kinds = tuple(cfg.negative_kinds)
 
     def texts(row: int, rng: random.Random) -> list[str]:
         caption = pick(pools[row], rng)
+        if editor is not None and cfg.hard_negatives:
+            return [caption, *(e.text for e in editor.edits(caption, rng, cfg.hard_negatives))]
         if cfg.negatives != "world" or not cfg.hard_negatives:
             return [caption]
         scene = scenes[split.image_ids[row]]
@@ -461,6 +493,7 @@ def _validate(cfg: TrainClipConfig) -> None:
     if cfg.pool_position_std is not None and cfg.init:
         raise ConfigError("pool_position_std redraws weights a pretrained model has learned; use it without 'init'")
     for key, known in (("mirror_axes", AXES), ("negative_kinds", KINDS), ("phrase_attributes", PHRASE_ATTRIBUTES),
+                       ("text_edits", TEXT_EDITS),
                        ("text_pairs_axes", AXES), ("text_attributes", ATTRIBUTES)):
         if unknown := sorted(set(getattr(cfg, key)) - set(known)):
             raise ConfigError(f"{key}: unknown {unknown}; known: {', '.join(known)}")
