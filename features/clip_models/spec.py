@@ -22,3 +22,4 @@ class RewardModelSpec:
     cache_size: int = 100_000  # LRU entries for reference and noun embeddings
     heads: int = 0  # lclip: attention heads per tower (0 = width // 64)
     repeats: int = 0  # lclip: runs of each shared block (0: read off the checkpoint)
+    grammar: str | None = None  # a grammar head on this model's text embeddings (rewards.train_grammar)

@@ -52,11 +52,7 @@ class ClipFamily:
         if term.model not in self.specs:
             raise ConfigError(f"{name} needs reward_models.{term.model} (kind, weights, embeds); "
                               f"configured reward models: {', '.join(self.specs) or 'none'}")
-        if term.model not in self.scorers:
-            spec = self.specs[term.model]
-            model = load_reward_model(spec, self.device)
-            self.scorers[term.model] = EmbeddingScorer(model, spec.embeds, spec.precision, spec.token_budget,
-                                                       spec.cache_size)
+        self.scorer(term.model)
         if term.formula == "fine" and self._nouns is None:
             from rewards.clip.nouns import (
                 NounParser,  # spaCy loads only when f_clip_s is used
@@ -68,6 +64,15 @@ class ClipFamily:
         members = self.groups.setdefault(group, [])
         if name not in members:
             members.append(name)
+
+    def scorer(self, model_key: str) -> EmbeddingScorer:
+        """The model's scorer, loaded on first use (one per model and process, whatever reads it)."""
+        if model_key not in self.scorers:
+            spec = self.specs[model_key]
+            model = load_reward_model(spec, self.device)
+            self.scorers[model_key] = EmbeddingScorer(model, spec.embeds or None, spec.precision, spec.token_budget,
+                                                      spec.cache_size)
+        return self.scorers[model_key]
 
     def clear_caches(self, keep_embeddings: bool = False) -> None:
         """Forget the memoised batch and, unless kept, cached embeddings and parses (benchmarks)."""

@@ -70,3 +70,5 @@ for _model_key, _names in MODEL_TERMS.items():
                                reference_free=frozenset(n for n in _names if not n.startswith("ref_"))))
     for _name in _names:
         register_reward(_name, lambda ctx, name=_name: ClipTermReward(name, ctx))
+
+from rewards.clip import grammar  # noqa: E402, F401  (the grammar head's reward and metric register there)
