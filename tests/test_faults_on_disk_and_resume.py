@@ -73,7 +73,7 @@ def _set_size(folder: Path) -> int:
 def test_a_disk_that_fills_during_prepro_is_one_named_line(tiny_world, tmp_path):
     full_size = _set_size(Path(prepro_cli.prepro(prepro_cli.PreproConfig(
         dataset=str(tiny_world / "dataset.json"), out=str(tmp_path / "whole"), min_count=1))))
-    for share in (0.1, 0.35, 0.6, 0.85):
+    for share in (0.2, 0.7):
         with small_disk(tmp_path, max(8, int(full_size * share / 1024))) as disk:
             if disk is None:
                 pytest.skip("cannot mount a tmpfs here (not root); the writers' own checks are tested below")
@@ -84,7 +84,7 @@ def test_a_disk_that_fills_during_prepro_is_one_named_line(tiny_world, tmp_path)
 
 
 def test_a_disk_that_fills_during_extract_is_one_named_line_and_publishes_nothing(tiny_world, tmp_path):
-    for kilobytes in (64, 400, 1200):  # the tiny world's patches are about 1.6 MB
+    for kilobytes in (64, 1000):  # the tiny world's patches are about 1.6 MB
         with small_disk(tmp_path, kilobytes) as disk:
             if disk is None:
                 pytest.skip("cannot mount a tmpfs here (not root); the writers' own checks are tested below")

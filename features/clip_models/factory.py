@@ -11,7 +11,9 @@ fingerprint of the weights (embeds files are checked against it).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -143,15 +145,39 @@ def _check_context(spec: RewardModelSpec, actual: int, source: str) -> None:
 _BUILDERS = {"open_clip": _from_open_clip, "longclip": _from_longclip, "lclip": _from_lclip}
 
 
-def load_reward_model(spec: RewardModelSpec, device: str | torch.device = "cpu") -> RewardModel:
+def load_reward_model(spec: RewardModelSpec, device: str | torch.device = "cpu", fresh: bool = False) -> RewardModel:
     """The model `spec` names, on `device`. Building it draws a random init that its weights then
     replace; those draws come from a forked generator, so loading a reward or metric model never
     moves the caller's random stream (an SCST run samples the same captions whichever metrics it
-    loads)."""
+    loads). Models from weights files are kept for the process (the same file unchanged, the same
+    model): the runs of an in-process sweep, its selection and its evaluation load each once. A
+    caller that will change the model's weights asks for a `fresh` one."""
     if spec.kind not in _BUILDERS:
         raise ConfigError(f"unknown reward model kind {spec.kind!r}; use one of {', '.join(_BUILDERS)}")
+    key = None if fresh else _cache_key(spec, device)
+    if key is not None and key in _LOADED:
+        _LOADED.move_to_end(key)
+        return _LOADED[key]
     with torch.random.fork_rng(devices=[]):  # models are built on the CPU, then moved
-        model = _BUILDERS[spec.kind](spec)
-    return model.to(device)
+        model = _BUILDERS[spec.kind](spec).to(device)
+    if key is not None:
+        _LOADED[key] = model
+        while len(_LOADED) > KEPT_MODELS:
+            _LOADED.popitem(last=False)
+    return model
+
+
+KEPT_MODELS = 4
+_LOADED: OrderedDict[tuple, RewardModel] = OrderedDict()
+
+
+def _cache_key(spec: RewardModelSpec, device: str | torch.device) -> tuple | None:
+    """Who the model is: its spec's model fields, and its weights file as it is on disk now."""
+    if not spec.weights:
+        return None  # a random init is not kept: each build is its own draw
+    path = Path(spec.weights)
+    stamp = (path.stat().st_size, path.stat().st_mtime_ns) if path.is_file() else None
+    return (spec.kind, spec.arch, str(path.resolve()) if stamp else spec.weights, stamp, spec.context_length,
+            spec.heads, spec.repeats, str(torch.device(device)))
 
 

@@ -120,7 +120,7 @@ class GrammarScorer:
         if spec.kind != "open_clip":
             raise ConfigError(f"grammar: reward_models.clip is a {spec.kind} model; the grammar model fine-tunes an "
                               "open_clip text tower")
-        self.model = load_model(spec.grammar, load_reward_model(spec, device)).to(device)
+        self.model = load_model(spec.grammar, load_reward_model(spec, device, fresh=True)).to(device)
 
     @torch.no_grad()
     def __call__(self, captions: Sequence[str]) -> torch.Tensor:

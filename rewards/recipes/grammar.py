@@ -80,7 +80,8 @@ def train_grammar(cfg: GrammarConfig, progress: bool = True) -> dict:
         raise ConfigError(f"train_grammar 'out' must end in .safetensors, got {cfg.out!r}")
     device = pick_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    reward_model = load_reward_model(RewardModelSpec(kind=cfg.kind, arch=cfg.arch, weights=cfg.weights), device)
+    reward_model = load_reward_model(RewardModelSpec(kind=cfg.kind, arch=cfg.arch, weights=cfg.weights), device,
+                                     fresh=True)
     start_fingerprint = reward_model.fingerprint  # of the CLIP as it starts: the one the reward will name
     model = GrammarModel(reward_model, cfg.hidden).to(device)
     text_params = [p for name, p in model.tower.named_parameters() if not name.startswith("visual.")]
