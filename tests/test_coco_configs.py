@@ -16,12 +16,15 @@ from features.extract import ExtractConfig
 from features.import_npz import ImportConfig
 from plumbing.config import load_config
 from plumbing.schedules import lr_factor
+from rewards.recipes.clip import TrainClipConfig
+from rewards.recipes.grammar import GrammarConfig
 from rewards.score import ScoreConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 COCO = ROOT / "configs" / "coco"
 CLASSES = {"captioner.prepro": PreproConfig, "features.import_npz": ImportConfig, "features.extract": ExtractConfig,
-           "captioner.train": TrainConfig, "captioner.sweep": SweepConfig, "rewards.score": ScoreConfig}
+           "captioner.train": TrainConfig, "captioner.sweep": SweepConfig, "rewards.score": ScoreConfig,
+           "rewards.train_clip": TrainClipConfig, "rewards.train_grammar": GrammarConfig}
 
 
 def command_of(path: Path) -> str:
