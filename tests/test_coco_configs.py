@@ -59,3 +59,16 @@ def test_the_reference_transformer_and_its_schedule():
     assert (nsc.scst.baseline, nsc.scst.k) == ("loo", 5)
     mix = load_config(TrainConfig, COCO / "scst_clip_mix.yaml")
     assert set(mix.reward_models) == {"clip", "specs", "lclip"} and mix.eval.select_by == "specs"
+
+
+def test_a_coco_annotations_file_given_for_karpathys_is_named(tmp_path, capsys):
+    from captioner import prepro
+
+    annotations = tmp_path / "captions_val2014.json"
+    annotations.write_text('{"images": [{"id": 391895, "file_name": "COCO_val2014_000000391895.jpg"}], '
+                           '"annotations": [{"image_id": 391895, "caption": "a man riding a bike"}]}')
+    assert prepro.main(["--config", str(COCO / "prepro.yaml"), "--set", f"dataset={annotations}",
+                        "--set", f"out={tmp_path / 'data'}"]) == 2
+    err = capsys.readouterr().err
+    assert "looks like a COCO annotations file" in err and "dataset_coco.json" in err and err.count("\n") == 1
+    assert not (tmp_path / "data").exists()
