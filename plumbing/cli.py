@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import sys
+import textwrap
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -59,9 +60,22 @@ def config_parser(cls: type, prog: str, description: str | None = None) -> argpa
 def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
     """--config, --set and the field flags of `cls` on an existing (sub)parser."""
     add_config_args(parser)
+    sections: dict[str, argparse._ArgumentGroup] = {}
     for spec in field_flags(cls):
-        _add_flag(parser, spec)
+        _add_flag(_section_group(parser, cls, spec[0].path, sections), spec)
     parser.set_defaults(config_class=cls)
+
+
+def _section_group(parser: argparse.ArgumentParser, cls: type, path: tuple[str, ...],
+                   sections: dict[str, argparse._ArgumentGroup]) -> argparse.ArgumentParser | argparse._ArgumentGroup:
+    """A flattened section's flags are listed under their own heading in --help, after the general ones."""
+    if len(path) < 2:
+        return parser
+    if path[0] not in sections:
+        field = next(f for f in dataclasses.fields(cls) if f.name == path[0])
+        about = textwrap.fill(field.metadata.get("help", ""), 100, initial_indent="  ", subsequent_indent="  ")
+        sections[path[0]] = parser.add_argument_group(f"{path[0]} options", about or None)
+    return sections[path[0]]
 
 
 def field_flags(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[tuple[FieldFlag, dataclasses.Field]]:
@@ -78,7 +92,8 @@ def field_flags(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[tuple[Field
         yield FieldFlag((*prefix, f.name), tp, meta.get("help", ""), field_default(f)), f
 
 
-def _add_flag(parser: argparse.ArgumentParser, item: tuple[FieldFlag, dataclasses.Field]) -> None:
+def _add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+              item: tuple[FieldFlag, dataclasses.Field]) -> None:
     spec, f = item
     dest = _DEST + "__".join(spec.path)
     shown = "" if spec.default in (None, "", []) else f" (default: {_show(spec.default)})"

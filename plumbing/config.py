@@ -206,6 +206,9 @@ def build(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> T:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         key = _join(where, unknown[0])
+        if section := _section_holding(cls, hints, unknown[0]):
+            raise ConfigError(f"config key {key!r} belongs in the {section!r} section: "
+                              f"{_join(where, section)}.{unknown[0]}")
         raise ConfigError(f"unknown config key {key!r}; valid keys here: {', '.join(sorted(fields))}")
     kwargs = {name: _coerce(hints[name], data[name], _join(where, name)) for name in data}
     for name, value in kwargs.items():
@@ -217,6 +220,15 @@ def build(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> T:
     if missing:
         raise ConfigError(f"missing required config key {_join(where, missing[0])!r}")
     return cls(**kwargs)
+
+
+def _section_holding(cls: type, hints: Mapping[str, Any], key: str) -> str | None:
+    """The dataclass section of `cls` that has a field `key` (a key written one level too high)."""
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp) and key in {g.name for g in dataclasses.fields(tp)}:
+            return f.name
+    return None
 
 
 def _check_bounds(bounds: Mapping[str, float], value: Any, key: str) -> None:

@@ -57,7 +57,7 @@ def test_a_cached_run_trains_the_weights_of_a_streamed_one(tiny_world, tmp_path)
         code = train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                                 "--out", str(out), "--epochs", "2", "--set", "batch_size=16", "--set", "workers=0",
                                 "--scenes", str(tiny_world / "scenes.json"), "--negatives", "world",
-                                "--set", "vision_pretrain_epochs=1", "--set", f"image_cache_mb={cache_mb}"])
+                                "--set", "world.vision_pretrain_epochs=1", "--set", f"image_cache_mb={cache_mb}"])
         assert code == 0
         return load_file(str(out))
 

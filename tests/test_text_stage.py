@@ -194,10 +194,11 @@ def _run(world, out, *extra):
     return train_clip.main(["--dataset", str(world / "dataset.json"), "--images-root", str(world),
                             "--scenes", str(world / "scenes.json"), "--out", str(out), "--arch", TINY_ARCH,
                             "--epochs", "1", "--negatives", "world", "--set", "batch_size=16", "--set", "workers=0",
-                            "--set", "text_roles_epochs=1", "--set", "text_pairs_epochs=2",
-                            "--set", "text_negclip_epochs=1", "--set", "text_batch_size=16",
-                            "--set", "text_roles_batch_size=8", "--set", "text_attributes=[size, place, background]",
-                            "--set", "text_long_captions=0.5", *extra])
+                            "--set", "world.text_roles_epochs=1", "--set", "world.text_pairs_epochs=2",
+                            "--set", "world.text_negclip_epochs=1", "--set", "world.text_batch_size=16",
+                            "--set", "world.text_roles_batch_size=8",
+                            "--set", "world.text_attributes=[size, place, background]",
+                            "--set", "world.text_long_captions=0.5", *extra])
 
 
 def test_an_interrupted_text_stage_resumes_to_the_same_weights(tiny_world, tmp_path, monkeypatch):
@@ -256,7 +257,8 @@ def test_the_text_stage_changes_the_text_tower_only(tiny_world, tmp_path, monkey
         return real_fit(self, model, dataset, collate, loss_fn, stage, *args, **kwargs)
 
     monkeypatch.setattr(RecipeRun, "fit", fit)
-    assert _run(tiny_world, out, "--set", "epochs=0", "--init", str(start), "--set", "text_negclip_batch_size=4") == 0
+    assert _run(tiny_world, out, "--set", "epochs=0", "--init", str(start),
+                "--set", "world.text_negclip_batch_size=4") == 0
     assert batch_sizes == {"text_roles": 8, "text_pairs": 16, "text_negclip": 4}
     before, after = load_file(str(start)), load_file(str(out))
     assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("visual.") or k == "logit_scale")
@@ -265,11 +267,11 @@ def test_the_text_stage_changes_the_text_tower_only(tiny_world, tmp_path, monkey
 
 @pytest.mark.parametrize(("settings", "message"), [
     (["--set", "epochs=0"], "epochs: 0"),
-    (["--set", "text_pairs_axes=[diagonal]"], "text_pairs_axes"),
-    (["--set", "text_attributes=[colour]"], "text_attributes"),
-    (["--set", "text_long_statements=1.5"], "text_long_statements"),
-    (["--set", "text_long_captions=1.5"], "text_long_captions"),
-    (["--set", "text_negclip_batch_size=1"], "text_negclip_batch_size"),
+    (["--set", "world.text_pairs_axes=[diagonal]"], "text_pairs_axes"),
+    (["--set", "world.text_attributes=[colour]"], "text_attributes"),
+    (["--set", "world.text_long_statements=1.5"], "text_long_statements"),
+    (["--set", "world.text_long_captions=1.5"], "text_long_captions"),
+    (["--set", "world.text_negclip_batch_size=1"], "text_negclip_batch_size"),
 ])
 def test_text_stage_settings_are_checked(tiny_world, tmp_path, settings, message, capsys):
     assert _run(tiny_world, tmp_path / "bad.safetensors", *settings) == 2
@@ -284,8 +286,8 @@ def test_long_captions_asked_of_a_dataset_without_them_name_the_file(tiny_world,
     bare.write_text(json.dumps(data))
     code = train_clip.main(["--dataset", str(bare), "--images-root", str(tiny_world), "--scenes",
                             str(tiny_world / "scenes.json"), "--out", str(tmp_path / "x.safetensors"), "--arch",
-                            TINY_ARCH, "--captions", "short", "--set", "text_negclip_epochs=1",
-                            "--set", "text_long_captions=0.5"])
+                            TINY_ARCH, "--captions", "short", "--set", "world.text_negclip_epochs=1",
+                            "--set", "world.text_long_captions=0.5"])
     err = capsys.readouterr().err
     assert code != 0 and str(bare) in err and "long captions" in err
 
@@ -295,11 +297,16 @@ def test_every_batch_key_must_divide_into_the_processes_before_training():
     with its key named when the run starts, not when the text stage comes; null keys are skipped."""
     from plumbing.errors import ConfigError
     from rewards.recipes.clip import TrainClipConfig
+    from rewards.recipes.clip_world import WorldSupervision
     from rewards.recipes.loop import check_global_batches
 
-    check_global_batches(TrainClipConfig(batch_size=64, text_negclip_batch_size=None), 2)
-    check_global_batches(TrainClipConfig(batch_size=64, text_negclip_batch_size=63), 1)
-    with pytest.raises(ConfigError, match="text_negclip_batch_size 63 must divide into 2"):
-        check_global_batches(TrainClipConfig(batch_size=64, text_negclip_batch_size=63), 2)
+    def config(batch_size: int, negclip_batch_size: int | None) -> TrainClipConfig:
+        world = WorldSupervision(text_negclip_batch_size=negclip_batch_size)
+        return TrainClipConfig(batch_size=batch_size, world=world)
+
+    check_global_batches(config(64, None), 2)
+    check_global_batches(config(64, 63), 1)
+    with pytest.raises(ConfigError, match=r"^world\.text_negclip_batch_size 63 must divide into 2"):
+        check_global_batches(config(64, 63), 2)
     with pytest.raises(ConfigError, match="^batch_size 9 must divide into 4"):
         check_global_batches(TrainClipConfig(batch_size=9), 4)

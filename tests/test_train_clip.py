@@ -61,36 +61,70 @@ def test_a_setting_newer_than_the_finished_model_counts_as_its_default(tiny_worl
     summary_path = world_clip.with_suffix(".json")
     written = summary_path.read_text()
     summary = json.loads(written)
-    del summary["config"]["text_other_frames"]  # a model from before the option existed
+    del summary["config"]["world"]["text_other_frames"]  # a model from before the option existed
     summary_path.write_text(json.dumps(summary))
     base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world), "--out",
             str(world_clip), "--epochs", "2", "--set", "batch_size=16"]
     try:
         assert train_clip.main(base) == 0
         assert "already trained" in capsys.readouterr().out
-        assert train_clip.main([*base, "--set", "text_other_frames=0.25"]) == 2
+        assert train_clip.main([*base, "--set", "world.text_other_frames=0.25"]) == 2
         assert "text_other_frames: 0.0 -> 0.25" in capsys.readouterr().err
     finally:
         summary_path.write_text(written)  # the module's model, as its other tests expect it
 
 
+def test_a_model_finished_before_the_world_section_is_still_finished(tiny_world, world_clip, capsys):
+    """Summaries written when the world's options sat at the top level compare with today's `world:`."""
+    summary_path = world_clip.with_suffix(".json")
+    written = summary_path.read_text()
+    summary = json.loads(written)
+    summary["config"].update(summary["config"].pop("world"))
+    summary_path.write_text(json.dumps(summary))
+    base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world), "--out",
+            str(world_clip), "--epochs", "2", "--set", "batch_size=16"]
+    try:
+        assert train_clip.main(base) == 0
+        assert "already trained" in capsys.readouterr().out
+        assert train_clip.main([*base, "--text-lr", "0.01"]) == 2
+        assert "text_lr: 0.0005 -> 0.01" in capsys.readouterr().err
+    finally:
+        summary_path.write_text(written)
+
+
+def test_help_lists_the_world_section_apart_and_a_flat_world_key_is_pointed_into_it(tiny_world, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        train_clip.main(["--help"])
+    text = capsys.readouterr().out
+    general, world = text.split("\noptions:\n")[1].split("\nworld options:\n")
+    assert "--negatives" in general and "--text-edits" in general and "--init" in general
+    for flag in ("--vision-pretrain-epochs", "--noun-loss", "--text-roles-epochs", "--mirror", "--image-negatives"):
+        assert flag in world and flag not in general, flag
+    config = tmp_path / "flat.yaml"
+    config.write_text(f"dataset: {tiny_world / 'dataset.json'}\nimages_root: {tiny_world}\n"
+                      f"out: {tmp_path / 'x.safetensors'}\nnoun_loss: 1.0\n")
+    assert train_clip.main(["--config", str(config)]) == 2
+    assert "config key 'noun_loss' belongs in the 'world' section: world.noun_loss" in capsys.readouterr().err
+    assert not (tmp_path / "x.safetensors").exists()
+
+
 def test_train_clip_bad_input(tiny_world, tmp_path, capsys):
-    for setting, message in (("image_negatives=world", "image_negatives: world needs 'scenes'"),
-                             ("vision_pretrain_epochs=2", "vision_pretrain_epochs needs 'scenes'"),
-                             ("vision_map_labels=1.0", "set vision_pretrain_epochs too"),
-                             ("phrase_loss=1.0", "phrase_loss needs 'scenes'"),
-                             ("noun_loss=1.0", "noun_loss needs 'scenes'"),
-                             ("noun_targets=present", "noun_targets"),
-                             ("relation_loss=1.0", "relation_loss needs 'scenes'"),
-                             ("phrase_attributes=[size,pattern,shape]", "phrase_attributes: unknown ['pattern']"),
-                             ("phrase_attributes=[size,color]", "phrase_attributes: shape is missing")):
+    for setting, message in (("world.image_negatives=world", "image_negatives: world needs 'scenes'"),
+                             ("world.vision_pretrain_epochs=2", "vision_pretrain_epochs needs 'scenes'"),
+                             ("world.vision_map_labels=1.0", "set world.vision_pretrain_epochs too"),
+                             ("world.phrase_loss=1.0", "phrase_loss needs 'scenes'"),
+                             ("world.noun_loss=1.0", "noun_loss needs 'scenes'"),
+                             ("world.noun_targets=present", "noun_targets"),
+                             ("world.relation_loss=1.0", "relation_loss needs 'scenes'"),
+                             ("world.phrase_attributes=[size,pattern,shape]", "phrase_attributes: unknown ['pattern']"),
+                             ("world.phrase_attributes=[size,color]", "phrase_attributes: shape is missing")):
         assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                                 "--out", str(tmp_path / "x.safetensors"), "--set", setting]) == 2, setting
         assert message in capsys.readouterr().err
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.safetensors"), "--scenes", str(tiny_world / "scenes.json"),
-                            "--set", "relation_loss=1.0", "--set", "mirror=random"]) == 2
-    assert "cannot be used with mirror" in capsys.readouterr().err
+                            "--set", "world.relation_loss=1.0", "--set", "world.mirror=random"]) == 2
+    assert "cannot be used with world.mirror" in capsys.readouterr().err
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(tmp_path / "x.pt")]) == 2
     assert train_clip.main(["--dataset", str(tmp_path / "none.json"), "--images-root", str(tiny_world),
@@ -140,8 +174,8 @@ def test_interrupted_training_resumes_to_the_same_weights(tiny_world, tmp_path, 
         return train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                                 "--out", str(out), "--epochs", "3", "--set", "batch_size=16", "--set", "workers=0",
                                 "--scenes", str(tiny_world / "scenes.json"), "--negatives", "world",
-                                "--set", "image_negatives=world", "--set", "vision_pretrain_epochs=1",
-                                "--set", "scene_label_loss=0.5", "--set", "locked_image_epochs=1"])
+                                "--set", "world.image_negatives=world", "--set", "world.vision_pretrain_epochs=1",
+                                "--set", "world.scene_label_loss=0.5", "--set", "locked_image_epochs=1"])
 
     assert run(tmp_path / "once.safetensors") == 0
     assert run(tmp_path / "twice.safetensors", interrupt_at=2) == 130  # stopped during epoch 3 (the locked one has
@@ -177,7 +211,7 @@ def test_two_processes_give_the_loss_curve_of_one(tiny_world, tmp_path):
             "dataset": str(tiny_world / "dataset.json"), "images_root": str(tiny_world), "epochs": 3,
             "batch_size": 16, "workers": 0, "out": str(tmp_path / f"{name}.safetensors"),
             "scenes": str(tiny_world / "scenes.json"), "negatives": "world", "hard_negatives": 2,
-            "mirror": "pairs", "mirror_axes": ["horizontal", "vertical"], "image_negatives": "world"}))
+            "world": {"mirror": "pairs", "mirror_axes": ["horizontal", "vertical"], "image_negatives": "world"}}))
         return path
 
     assert train_clip.main(["--config", str(config("one"))]) == 0
@@ -473,9 +507,9 @@ def test_noun_and_phrase_losses_train_and_are_logged(tiny_world, tmp_path):
     out = tmp_path / "nouns.safetensors"
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(out), "--epochs", "2", "--scenes", str(tiny_world / "scenes.json"),
-                            "--set", "batch_size=16", "--set", "workers=0", "--set", "noun_loss=1.0",
-                            "--set", "noun_targets=presence", "--set", "phrase_loss=0.5",
-                            "--set", "relation_loss=0.5", "--set", "eval_every=0"]) == 0
+                            "--set", "batch_size=16", "--set", "workers=0", "--set", "world.noun_loss=1.0",
+                            "--set", "world.noun_targets=presence", "--set", "world.phrase_loss=0.5",
+                            "--set", "world.relation_loss=0.5", "--set", "eval_every=0"]) == 0
     logged = [json.loads(line) for line in out.with_suffix(".metrics.jsonl").read_text().splitlines()]
     for key in ("noun_loss", "phrase_loss", "relation_loss"):
         assert all(r[key] > 0 for r in logged)
@@ -493,25 +527,25 @@ def test_scene_labels_kept_through_the_contrastive_stage_continue_the_pretrainin
             "--scenes", str(tiny_world / "scenes.json"), "--set", "batch_size=16", "--set", "workers=0",
             "--set", "eval_every=0"]
     out = tmp_path / "kept.safetensors"
-    assert train_clip.main([*base, "--out", str(out), "--epochs", "3", "--set", "vision_pretrain_epochs=4",
-                            "--set", "lr=0.01", "--set", "scene_label_loss=1.0"]) == 0
+    assert train_clip.main([*base, "--out", str(out), "--epochs", "3", "--set", "world.vision_pretrain_epochs=4",
+                            "--set", "lr=0.01", "--set", "world.scene_label_loss=1.0"]) == 0
     logged = [json.loads(line) for line in out.with_suffix(".metrics.jsonl").read_text().splitlines()]
     vision, clip = logged[:4], logged[4:]
     assert [r["stage"] for r in clip] == ["clip"] * 3
     assert clip[0]["scene_labels"] < vision[0]["train_loss"] / 2 and clip[-1]["scene_labels"] < clip[0]["scene_labels"]
     assert set(load_file(str(out))) == set(load_open_clip(TINY_ARCH).model.state_dict())
     background = tmp_path / "background.safetensors"  # the background's five bits alone: a far smaller loss
-    assert train_clip.main([*base, "--out", str(background), "--epochs", "2", "--set", "vision_pretrain_epochs=4",
-                            "--set", "lr=0.01", "--set", "scene_label_loss=1.0",
-                            "--set", "scene_label_groups=[background]"]) == 0
+    assert train_clip.main([*base, "--out", str(background), "--epochs", "2", "--set", "world.vision_pretrain_epochs=4",
+                            "--set", "lr=0.01", "--set", "world.scene_label_loss=1.0",
+                            "--set", "world.scene_label_groups=[background]"]) == 0
     kept = [json.loads(line) for line in background.with_suffix(".metrics.jsonl").read_text().splitlines()][4:]
     assert 0 < kept[0]["scene_labels"] < clip[0]["scene_labels"] / 10
-    for settings, message in ((["--set", "scene_label_loss=1.0"], "set vision_pretrain_epochs"),
-                              (["--set", "scene_label_groups=[background,shapes]"], "unknown group 'shapes'"),
-                              (["--set", "scene_label_loss=1.0", "--set", "vision_pretrain_epochs=1",
+    for settings, message in ((["--set", "world.scene_label_loss=1.0"], "set world.vision_pretrain_epochs"),
+                              (["--set", "world.scene_label_groups=[background,shapes]"], "unknown group 'shapes'"),
+                              (["--set", "world.scene_label_loss=1.0", "--set", "world.vision_pretrain_epochs=1",
                                 "--set", "lock_image_tower=true"], "which lock_image_tower keeps"),
-                              (["--set", "scene_label_loss=1.0", "--set", "vision_pretrain_epochs=1",
-                                "--set", "mirror=random"], "scene_label_loss reads places off the unflipped scenes")):
+                              (["--set", "world.scene_label_loss=1.0", "--set", "world.vision_pretrain_epochs=1",
+                                "--set", "world.mirror=random"], "scene_label_loss reads relations and places off")):
         assert train_clip.main([*base, "--out", str(tmp_path / "x.safetensors"), *settings]) == 2, settings
         assert message in capsys.readouterr().err
 
@@ -537,8 +571,8 @@ def test_map_labels_name_what_is_centred_at_each_place_and_train_the_tower(tiny_
     out = tmp_path / "map.safetensors"
     assert train_clip.main(["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world),
                             "--out", str(out), "--epochs", "1", "--scenes", str(tiny_world / "scenes.json"),
-                            "--set", "batch_size=16", "--set", "workers=0", "--set", "vision_pretrain_epochs=3",
-                            "--set", "vision_map_labels=1.0", "--set", "eval_every=0"]) == 0
+                            "--set", "batch_size=16", "--set", "workers=0", "--set", "world.vision_pretrain_epochs=3",
+                            "--set", "world.vision_map_labels=1.0", "--set", "eval_every=0"]) == 0
     logged = [json.loads(line) for line in out.with_suffix(".metrics.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in logged] == ["vision"] * 3 + ["clip"]
     assert logged[2]["map_loss"] < logged[0]["map_loss"]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
@@ -148,15 +148,18 @@ class Stage:
                           # one on the same data draws that data's next epochs, not its first ones again
 
 
-def check_global_batches(cfg: RecipeConfig, processes: int) -> None:
+def check_global_batches(cfg: Any, processes: int, section: str = "") -> None:
     """Every `*batch_size` key of the recipe is a global batch, split over the processes: checked
     before the first stage, so a text-stage batch that does not divide fails at once, not minutes in."""
     if processes < 2:
         return
     for field in dataclasses.fields(cfg):
         value = getattr(cfg, field.name)
-        if field.name.endswith("batch_size") and isinstance(value, int) and value % processes:
-            raise ConfigError(f"{field.name} {value} must divide into {processes} processes (it is the global batch)")
+        if dataclasses.is_dataclass(value):  # a section (train_clip's `world`)
+            check_global_batches(value, processes, f"{section}{field.name}.")
+        elif field.name.endswith("batch_size") and isinstance(value, int) and value % processes:
+            raise ConfigError(f"{section}{field.name} {value} must divide into {processes} processes (it is the "
+                              "global batch)")
 
 
 class RecipeRun:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from types import MethodType
 
@@ -35,8 +35,8 @@ def finished_summary(cfg, out: str | Path, progress: bool = True) -> dict | None
         return None
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
     _refuse_if_started_elsewhere(cfg, out, summary)
-    saved = {**_field_defaults(cfg), **summary.get("config", {})}
-    wanted = json.loads(json.dumps(asdict(cfg)))
+    saved = {**_field_defaults(cfg), **_settings(cfg, summary.get("config", {}))}
+    wanted = _settings(cfg, json.loads(json.dumps(asdict(cfg))))
     changed = [f"{key}: {saved[key]!r} -> {value!r}" for key, value in wanted.items()
                if key not in RUNTIME_KEYS and key in saved and saved[key] != value]
     if changed:
@@ -86,8 +86,23 @@ def _refuse_if_started_elsewhere(cfg, out: Path, summary: dict) -> None:
 
 
 def _field_defaults(cfg) -> dict:
-    """Each setting's default, as a summary writes settings (JSON values)."""
-    return json.loads(json.dumps({f.name: field_default(f) for f in fields(cfg)}))
+    """Each setting's default, as a summary writes settings (JSON values), sections' settings by their own names."""
+    defaults = {f.name: field_default(f) for f in fields(cfg)}
+    plain = {name: asdict(value) if is_dataclass(value) else value for name, value in defaults.items()}
+    return _settings(cfg, json.loads(json.dumps(plain)))
+
+
+def _settings(cfg, config: dict) -> dict:
+    """A recipe's settings with its sections' (train_clip's `world`) lifted to the top: a summary written
+    before a setting moved into a section still compares with the settings of today."""
+    sections = {f.name for f in fields(cfg) if is_dataclass(getattr(cfg, f.name))}
+    flat = {}
+    for key, value in config.items():
+        if key in sections and isinstance(value, dict):
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
 
 
 def lock(tower: torch.nn.Module) -> None:
