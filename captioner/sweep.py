@@ -60,8 +60,9 @@ class SweepConfig:
 
 
 def sweep_points(cfg: SweepConfig) -> list[tuple[float, int | None]]:
-    """(α, seed) of every run, α by α; seed None where the sweep has no seed list."""
-    return [(alpha, seed) for alpha in cfg.alphas for seed in (cfg.seeds if cfg.seeds is not None else [None])]
+    """(α, seed) of every run, seed by seed (every α at the first seed, then at the next), so a sweep cut
+    short holds whole replicates of the grid; seed None where the sweep has no seed list."""
+    return [(alpha, seed) for seed in (cfg.seeds if cfg.seeds is not None else [None]) for alpha in cfg.alphas]
 
 
 def check_sweep(cfg: SweepConfig) -> None:

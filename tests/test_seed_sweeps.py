@@ -148,3 +148,9 @@ def test_a_sweep_folder_with_runs_of_another_seed_list_is_refused(seeded, capsys
     assert "holds runs from another seed list (alpha_0_seed_4, alpha_1_seed_4)" in err
     assert sweep_cli.main(["--config", str(seeded["sweep"]), "--set", "seeds=null"]) == 2
     assert "alpha_0_seed_3" in capsys.readouterr().err
+
+
+def test_a_sweep_runs_seed_by_seed_so_a_cut_sweep_holds_whole_replicates():
+    cfg = sweep_cli.SweepConfig(alphas=[0.0, 0.5, 1.0], seeds=[3, 4])
+    assert sweep_cli.sweep_points(cfg) == [(0.0, 3), (0.5, 3), (1.0, 3), (0.0, 4), (0.5, 4), (1.0, 4)]
+    assert sweep_cli.sweep_points(sweep_cli.SweepConfig(alphas=[0.0, 1.0])) == [(0.0, None), (1.0, None)]
