@@ -57,39 +57,40 @@ def test_a_finished_model_is_reused_only_with_the_same_settings(tiny_world, worl
     assert world_clip.read_bytes() == before
 
 
-def test_a_setting_newer_than_the_finished_model_counts_as_its_default(tiny_world, world_clip, capsys):
+def _finished_model_with_an_older_summary(tiny_world, world_clip, capsys, edit, changed_flags, message):
+    """The module's model, its summary edited as an older release wrote it: still finished as it is, and
+    a changed setting is named. The summary is put back for the module's other tests."""
     summary_path = world_clip.with_suffix(".json")
     written = summary_path.read_text()
     summary = json.loads(written)
-    del summary["config"]["world"]["text_other_frames"]  # a model from before the option existed
+    edit(summary["config"])
     summary_path.write_text(json.dumps(summary))
     base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world), "--out",
             str(world_clip), "--epochs", "2", "--set", "batch_size=16"]
     try:
         assert train_clip.main(base) == 0
         assert "already trained" in capsys.readouterr().out
-        assert train_clip.main([*base, "--set", "world.text_other_frames=0.25"]) == 2
-        assert "text_other_frames: 0.0 -> 0.25" in capsys.readouterr().err
+        assert train_clip.main([*base, *changed_flags]) == 2
+        assert message in capsys.readouterr().err
     finally:
-        summary_path.write_text(written)  # the module's model, as its other tests expect it
+        summary_path.write_text(written)
+
+
+def test_a_setting_newer_than_the_finished_model_counts_as_its_default(tiny_world, world_clip, capsys):
+    def before_the_option(config: dict) -> None:
+        del config["world"]["text_other_frames"]
+
+    _finished_model_with_an_older_summary(tiny_world, world_clip, capsys, before_the_option,
+                                          ["--set", "world.text_other_frames=0.25"], "text_other_frames: 0.0 -> 0.25")
 
 
 def test_a_model_finished_before_the_world_section_is_still_finished(tiny_world, world_clip, capsys):
     """Summaries written when the world's options sat at the top level compare with today's `world:`."""
-    summary_path = world_clip.with_suffix(".json")
-    written = summary_path.read_text()
-    summary = json.loads(written)
-    summary["config"].update(summary["config"].pop("world"))
-    summary_path.write_text(json.dumps(summary))
-    base = ["--dataset", str(tiny_world / "dataset.json"), "--images-root", str(tiny_world), "--out",
-            str(world_clip), "--epochs", "2", "--set", "batch_size=16"]
-    try:
-        assert train_clip.main(base) == 0
-        assert "already trained" in capsys.readouterr().out
-        assert train_clip.main([*base, "--text-lr", "0.01"]) == 2
-        assert "text_lr: 0.0005 -> 0.01" in capsys.readouterr().err
-    finally:
-        summary_path.write_text(written)
+    def before_the_section(config: dict) -> None:
+        config.update(config.pop("world"))
+
+    _finished_model_with_an_older_summary(tiny_world, world_clip, capsys, before_the_section,
+                                          ["--text-lr", "0.01"], "text_lr: 0.0005 -> 0.01")
 
 
 def test_help_lists_the_world_section_apart_and_a_flat_world_key_is_pointed_into_it(tiny_world, tmp_path, capsys):
