@@ -118,3 +118,34 @@ def test_text_foils_of_a_karpathy_file_score_like_any_foil_file(karpathy_file, t
                          for item in items for f in item["foils"])
     assert meta_eval.main(["foil", "--data", str(foils), "--metrics", "bleu_4,cider"]) == 0
     assert "### foil: short" in capsys.readouterr().out
+
+
+def test_specs_text_negatives_edit_the_caption_and_the_next_unit(tiny_world, tmp_path, capsys):
+    """SPECS with `negatives: text` and edited_negatives, no scenes: the hard negatives are the long caption
+    edited, each d- is c_j with its next unit edited by text (not another image's unit), and the run counts
+    its edits."""
+    from rewards.recipes import specs as specs_recipe
+    from rewards.recipes.data import load_split
+    from rewards.recipes.specificity import detail_units_of, join_units
+
+    cfg = specs_recipe.TrainSpecsConfig(init="x", dataset=str(tiny_world / "dataset.json"),
+                                        images_root=str(tiny_world), out="x.pt", negatives="text", hard_negatives=2,
+                                        edited_negatives=1.0)
+    specs_recipe._validate(cfg)
+    train = specs_recipe.with_units(cfg.dataset, load_split(cfg.dataset, cfg.images_root, "train", 0, need_long=True))
+    editor = specs_recipe.triplet_editor(train, cfg)
+    texts = specs_recipe.triplet_texts(train, cfg, editor)
+    rng, edited_units = random.Random(0), 0
+    for row in range(len(train.entries)):
+        caption, base, positive, negative, *hard = texts(row, rng)
+        units = detail_units_of(train.entries[row])[0]
+        assert caption == join_units(units) and len(hard) <= 2 and caption not in hard
+        assert all(h != caption and len(h.split()) >= len(caption.split()) - 1 for h in hard)
+        if negative.startswith(f"{base} ") and negative != positive and negative[len(base) + 1:] not in {
+                u for e in train.entries for u in detail_units_of(e)[0]}:
+            edited_units += 1
+    assert edited_units >= len(train.entries) // 2
+    assert sum(editor.stats.tried.values()) > 0
+    with pytest.raises(Exception, match="text_edits: unknown"):
+        specs_recipe._validate(specs_recipe.TrainSpecsConfig(init="x", dataset="d", images_root="r", out="o",
+                                                             negatives="text", text_edits=["rewrite"]))

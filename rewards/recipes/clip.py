@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import random
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -33,7 +32,7 @@ from features.clip_models.tokens import ClipTokenizer
 from features.world.scene import Scene, load_world_scenes
 from plumbing.atomic import write_json
 from plumbing.config import option, require_keys
-from plumbing.errors import ConfigError, DataError
+from plumbing.errors import ConfigError
 from rewards.recipes.clip_world import (
     WorldSupervision,
     checked_negatives,
@@ -60,10 +59,11 @@ from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.grounding import Grounding
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.scene_labels import scene_label_loss
+from rewards.recipes.text_negatives import checked_text_editor, edit_summary
 from rewards.recipes.text_stage import read_relations
 from rewards.recipes.training import finished_summary, lock, save_weights, summary_record, unlock
 from rewards.text.edits import KINDS as TEXT_EDITS
-from rewards.text.edits import EditStats, TextEditor
+from rewards.text.edits import TextEditor
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -158,8 +158,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
             record.update(evaluate(0))
     summary = {"out": cfg.out, "arch": cfg.arch, "val": record, "truncated_captions": tokenizer.truncated}
     if editor is not None:
-        summary["text_negatives"] = {"tried": dict(editor.stats.tried), "impossible": dict(editor.stats.impossible),
-                                     "captions_without_edit": len(editor.stats.no_edit)}
+        summary["text_negatives"] = edit_summary(editor)
         if run.is_main:
             print(f"{cfg.out}: text negatives: {editor.stats.summary()}", flush=True)
     if run.is_main:
@@ -194,20 +193,9 @@ def widen_pool_positions(model: torch.nn.Module, std: float, seed: int) -> None:
 
 
 def text_editor(split: Split, cfg: TrainClipConfig) -> TextEditor:
-    """The text edits' editor over the captions the run draws from (parsed once). Captions no edit applies
-    to are counted and named; when none of them admits one, the option would train nothing: an error."""
+    """The text edits' editor over the captions the run draws from (rewards/recipes/text_negatives.py)."""
     captions = [c for pool in split.pool(cfg.captions) for c in pool]
-    editor = TextEditor(captions, cfg.text_edits)
-    probe = random.Random(cfg.seed)
-    bare = [c for c in dict.fromkeys(captions) if not editor.edits(c, probe, 1)]
-    if len(bare) == len(set(captions)):
-        raise DataError(f"{cfg.dataset}: negatives: text: no edit of {', '.join(cfg.text_edits)} applies to any "
-                        f"train caption (e.g. {bare[0]!r}); allow more edits or use negatives: none")
-    if bare:
-        print(f"warning: negatives: text: {len(bare)} of {len(set(captions))} train captions admit no edit and "
-              f"train without hard negatives, e.g. {bare[:3]}", file=sys.stderr)
-    editor.stats = EditStats()  # the run's own counts, without the probe's
-    return editor
+    return checked_text_editor(captions, cfg.text_edits, cfg.seed, cfg.dataset)
 
 
 NegativesOf = Callable[[str, int, random.Random], list[str]]

@@ -10,10 +10,12 @@ logit-scaled cosine (as the released code). Triplets come from detail units (the
 them; `rewards.detail_units` segments any caption). The result is written in the SPECS layout
 (`spec.pt`: OpenAI-CLIP keys + positional_embedding_res) and loads with kind `longclip`; the
 starting model can be written too, so `rewards.specificity` can compare the two. With
-`negatives: world` the contrastive term also ranks hard text negatives (as train_clip does), so
+`negatives: world` or `text` the contrastive term also ranks hard text negatives (as train_clip does), so
 the fine-tuning keeps what the starting CLIP sees; with `edited_negatives` a negative triplet's d- may
-be the true next unit with one fact changed (false of the scene, the world parser says), so a detail
-raises the score for what it says, not for being one more. It ends with its world-foil accuracy (specs).
+be the true next unit with one fact changed, so a detail raises the score for what it says, not for being
+one more. The change is checked false of the scene by the world parser (`negatives: world` or none), or made
+by a text edit of the unit alone (`negatives: text`: any captions, no scenes; rewards/text/edits.py). It
+ends with its world-foil accuracy (specs).
 """
 
 
@@ -50,7 +52,10 @@ from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels,
 from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.specificity import detail_units_of, join_units, negative_unit, scene_negative_filter
+from rewards.recipes.text_negatives import checked_text_editor, edit_summary
 from rewards.recipes.training import finished_summary, lock, save_pt, summary_record
+from rewards.text.edits import KINDS as TEXT_EDITS
+from rewards.text.edits import TextEditor
 
 TRIPLET = 4  # texts 0-3 of an image: caption, c_j, c_j + d+, c_j + d-; hard negatives follow
 
@@ -72,12 +77,17 @@ class TrainSpecsConfig(RecipeConfig):
     gamma: float = option(0.8, help="weight of the negative detail hinge L_neg", at_least=0)
     max_margin: float = option(1.5, help="clamp of the dynamic margin (logit units)", at_least=0)
     shuffle_ratio: float = option(0.9, help="share of negative units whose words are shuffled", at_least=0, at_most=1)
-    negatives: Literal["none", "world"] = option("none", help="hard text negatives in the contrastive term: none or "
-                                                  "world (as train_clip)")
-    hard_negatives: int = option(2, help="hard negatives per image and step (with negatives: world)", at_least=0)
+    negatives: Literal["none", "world", "text"] = option(
+        "none", help="hard text negatives in the contrastive term, as train_clip: none; world (checked false "
+        "against `scenes`); or text (the long caption edited with no scene, any captions)")
+    hard_negatives: int = option(2, help="hard negatives per image and step (with negatives: world or text)",
+                                 at_least=0)
+    text_edits: list[str] = option(factory=lambda: list(TEXT_EDITS), help="negatives: text, the edits a negative "
+                                   "may come from")
     edited_negatives: float = option(0.0, help="share of negative triplets whose d- is the true next unit with one "
-                                     "fact changed (false of the scene, the world parser says; needs scenes) "
-                                     "instead of another image's unit; 0: the paper's", at_least=0, at_most=1)
+                                     "fact changed instead of another image's unit (0: the paper's): by a text edit "
+                                     "of the unit with negatives: text, else checked false of the scene by the world "
+                                     "parser (needs scenes)", at_least=0, at_most=1)
     lock_image_tower: bool = option(False, help="train the text tower and the temperature only, against the starting "
                                     "model's image tower kept as it is and run as scoring runs it (eval mode: its "
                                     "batch norms on their running statistics, which stay)")
@@ -130,10 +140,11 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
     split = load_split(cfg.dataset, cfg.images_root, "train", cfg.max_train_images, need_long=True,
                        allow_outside_root=cfg.allow_outside_root)
     train = with_units(cfg.dataset, split)
+    editor = triplet_editor(train, cfg) if cfg.negatives == "text" else None
     if cfg.epochs > 1:  # one epoch reads each image once either way
         cache_pixels(train, transform, cfg.image_cache_mb, cfg.workers)
     tokenizer = ClipTokenizer(LONG_CONTEXT)
-    dataset = TextsDataset(train, transform, triplet_texts(train, cfg), cfg.seed)
+    dataset = TextsDataset(train, transform, triplet_texts(train, cfg, editor), cfg.seed)
 
     def step(pair: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
         return specs_step(pair, batch, cfg)
@@ -142,6 +153,10 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
                      Stage("specs", cfg.epochs, cfg.lr, cfg.warmup_steps))
     summary = {"out": cfg.out, "start_out": cfg.start_out, "last_epoch": result["record"],
                "truncated_captions": tokenizer.truncated}
+    if editor is not None:
+        summary["text_negatives"] = edit_summary(editor)
+        if run.is_main:
+            print(f"{cfg.out}: text negatives: {editor.stats.summary()}", flush=True)
     if run.is_main:
         save_pt(longclip_state(model), cfg.out)
         if cfg.scenes:
@@ -155,10 +170,17 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
     return summary
 
 
-def triplet_texts(train: Split, cfg: TrainSpecsConfig):
+def triplet_editor(train: Split, cfg: TrainSpecsConfig) -> TextEditor:
+    """negatives: text's editor, parsed once over the long captions and (for edited_negatives) their units."""
+    units = [u for e in train.entries for u in detail_units_of(e)[0]] if cfg.edited_negatives else []
+    captions = [join_units(detail_units_of(e)[0]) for e in train.entries]
+    return checked_text_editor([*captions, *units], cfg.text_edits, cfg.seed, cfg.dataset)
+
+
+def triplet_texts(train: Split, cfg: TrainSpecsConfig, editor: TextEditor | None = None):
     """texts(row, rng): the long caption, one specificity triplet at a random prefix, hard negatives."""
     units = [detail_units_of(e)[0] for e in train.entries]
-    scenes = load_scenes(cfg.scenes) if cfg.scenes else None
+    scenes = load_scenes(cfg.scenes) if cfg.scenes and editor is None else None
     allowed = scene_negative_filter(scenes, train.image_ids) if scenes is not None else None
 
     def texts(row: int, rng: random.Random) -> list[str]:
@@ -168,12 +190,15 @@ def triplet_texts(train: Split, cfg: TrainSpecsConfig):
         base, positive = join_units(own[:j]), join_units(own[: j + 1])
         negative = None
         if cfg.edited_negatives and rng.random() < cfg.edited_negatives:
-            negative = edited_unit(base, positive, scene, rng)
+            negative = (edited_unit(base, positive, scene, rng) if editor is None
+                        else text_edited_unit(base, own[j], editor, rng))
         if negative is None:
             negative = f"{base} {negative_unit(units, row, rng, cfg.shuffle_ratio, allowed)}"
         out = [join_units(own), base, positive, negative]
         if cfg.negatives == "world" and cfg.hard_negatives:
             out += [n.text for n in hard_negatives(out[0], scene, rng, cfg.hard_negatives, KINDS)]
+        elif editor is not None and cfg.hard_negatives:
+            out += [e.text for e in editor.edits(out[0], rng, cfg.hard_negatives)]
         return out
 
     return texts
@@ -184,6 +209,12 @@ def edited_unit(base: str, positive: str, scene: Scene, rng: random.Random) -> s
     a detail raises the score for what it says, not for being one more detail."""
     edits = [n.text for n in hard_negatives(positive, scene, rng, len(KINDS)) if n.text.startswith(f"{base} ")]
     return rng.choice(edits) if edits else None
+
+
+def text_edited_unit(base: str, unit: str, editor: TextEditor, rng: random.Random) -> str | None:
+    """c_j + d+ with d+ edited by text alone (one noun, attribute, count or relation changed)."""
+    edits = editor.edits(unit, rng, 1)
+    return f"{base} {edits[0].text}" if edits else None
 
 
 def specs_step(pair: torch.nn.Module, batch: dict, cfg: TrainSpecsConfig) -> tuple[torch.Tensor, dict[str, float]]:
@@ -212,5 +243,8 @@ def _validate(cfg: TrainSpecsConfig) -> None:
     require_keys(cfg, ("init", "dataset", "images_root", "out"), "train_specs")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
-    if cfg.edited_negatives and not cfg.scenes:
-        raise ConfigError("edited_negatives needs 'scenes' (the world's scenes.json): edits are checked false there")
+    if unknown := sorted(set(cfg.text_edits) - set(TEXT_EDITS)):
+        raise ConfigError(f"text_edits: unknown {unknown}; known: {', '.join(TEXT_EDITS)}")
+    if cfg.edited_negatives and not cfg.scenes and cfg.negatives != "text":
+        raise ConfigError("edited_negatives needs 'scenes' (the world's scenes.json), where edits are checked false, "
+                          "or negatives: text, which edits the unit by its words alone")
