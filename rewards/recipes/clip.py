@@ -59,7 +59,7 @@ from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.grounding import Grounding
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.scene_labels import scene_label_loss
-from rewards.recipes.text_negatives import checked_text_editor, edit_summary
+from rewards.recipes.text_negatives import check_text_edits, checked_text_editor, edit_summary
 from rewards.recipes.text_stage import read_relations
 from rewards.recipes.training import finished_summary, lock, save_weights, summary_record, unlock
 from rewards.text.edits import KINDS as TEXT_EDITS
@@ -158,9 +158,7 @@ def train_clip(cfg: TrainClipConfig, progress: bool = True) -> dict:
             record.update(evaluate(0))
     summary = {"out": cfg.out, "arch": cfg.arch, "val": record, "truncated_captions": tokenizer.truncated}
     if editor is not None:
-        summary["text_negatives"] = edit_summary(editor)
-        if run.is_main:
-            print(f"{cfg.out}: text negatives: {editor.stats.summary()}", flush=True)
+        summary["text_negatives"] = edit_summary(editor, cfg.out, run.is_main)
     if run.is_main:
         save_weights(model, cfg.out)
         if cfg.scenes:
@@ -341,5 +339,4 @@ def _validate(cfg: TrainClipConfig) -> None:
                           "'init' (trained weights) or world.vision_pretrain_epochs")
     if cfg.pool_position_std is not None and cfg.init:
         raise ConfigError("pool_position_std redraws weights a pretrained model has learned; use it without 'init'")
-    if unknown := sorted(set(cfg.text_edits) - set(TEXT_EDITS)):
-        raise ConfigError(f"text_edits: unknown {unknown}; known: {', '.join(TEXT_EDITS)}")
+    check_text_edits(cfg.text_edits)

@@ -52,7 +52,7 @@ from rewards.recipes.data import Split, TextBatcher, TextsDataset, cache_pixels,
 from rewards.recipes.foil_report import announce, foil_accuracy
 from rewards.recipes.loop import PairEncoder, RecipeConfig, RecipeRun, Stage
 from rewards.recipes.specificity import detail_units_of, join_units, negative_unit, scene_negative_filter
-from rewards.recipes.text_negatives import checked_text_editor, edit_summary
+from rewards.recipes.text_negatives import check_text_edits, checked_text_editor, edit_summary
 from rewards.recipes.training import finished_summary, lock, save_pt, summary_record
 from rewards.text.edits import KINDS as TEXT_EDITS
 from rewards.text.edits import TextEditor
@@ -154,9 +154,7 @@ def train_specs(cfg: TrainSpecsConfig, progress: bool = True) -> dict:
     summary = {"out": cfg.out, "start_out": cfg.start_out, "last_epoch": result["record"],
                "truncated_captions": tokenizer.truncated}
     if editor is not None:
-        summary["text_negatives"] = edit_summary(editor)
-        if run.is_main:
-            print(f"{cfg.out}: text negatives: {editor.stats.summary()}", flush=True)
+        summary["text_negatives"] = edit_summary(editor, cfg.out, run.is_main)
     if run.is_main:
         save_pt(longclip_state(model), cfg.out)
         if cfg.scenes:
@@ -243,8 +241,7 @@ def _validate(cfg: TrainSpecsConfig) -> None:
     require_keys(cfg, ("init", "dataset", "images_root", "out"), "train_specs")
     if cfg.negatives == "world" and not cfg.scenes:
         raise ConfigError("negatives: world needs 'scenes' (the world's scenes.json)")
-    if unknown := sorted(set(cfg.text_edits) - set(TEXT_EDITS)):
-        raise ConfigError(f"text_edits: unknown {unknown}; known: {', '.join(TEXT_EDITS)}")
+    check_text_edits(cfg.text_edits)
     if cfg.edited_negatives and not cfg.scenes and cfg.negatives != "text":
         raise ConfigError("edited_negatives needs 'scenes' (the world's scenes.json), where edits are checked false, "
                           "or negatives: text, which edits the unit by its words alone")

@@ -8,8 +8,14 @@ import random
 import sys
 from collections.abc import Iterable, Sequence
 
-from plumbing.errors import DataError
-from rewards.text.edits import EditStats, TextEditor
+from plumbing.errors import ConfigError, DataError
+from rewards.text.edits import KINDS, EditStats, TextEditor
+
+
+def check_text_edits(kinds: Sequence[str]) -> None:
+    """A recipe's `text_edits`, checked before any model loads."""
+    if unknown := sorted(set(kinds) - set(KINDS)):
+        raise ConfigError(f"text_edits: unknown {unknown}; known: {', '.join(KINDS)}")
 
 
 def checked_text_editor(captions: Iterable[str], kinds: Sequence[str], seed: int, source: str) -> TextEditor:
@@ -29,7 +35,9 @@ def checked_text_editor(captions: Iterable[str], kinds: Sequence[str], seed: int
     return editor
 
 
-def edit_summary(editor: TextEditor) -> dict:
-    """What a finished model's summary records about its text negatives."""
+def edit_summary(editor: TextEditor, out: str, announce: bool) -> dict:
+    """What a finished model's summary records about its text negatives (printed by the main process)."""
+    if announce:
+        print(f"{out}: text negatives: {editor.stats.summary()}", flush=True)
     return {"tried": dict(editor.stats.tried), "impossible": dict(editor.stats.impossible),
             "captions_without_edit": len(editor.stats.no_edit)}
